@@ -1,0 +1,2 @@
+//! amble: a lightweight-presence server.
+pub mod protocol;

@@ -1,0 +1,361 @@
+use super::*;
+use pb::client_message::Body as C;
+use pb::server_message::Body as S;
+use proptest::prelude::*;
+
+fn rules() -> Rules {
+    Rules::default()
+}
+
+fn join(room: &str, name: &str) -> Vec<u8> {
+    encode_client(C::Join(pb::Join {
+        room: room.into(),
+        name: name.into(),
+    }))
+}
+
+fn mv(x: u32, y: u32, walk: Option<(u32, u32, u32)>) -> Vec<u8> {
+    encode_client(C::Move(pb::Move {
+        position: Some(pb::Position { x, y }),
+        walk: walk.map(|(tx, ty, speed)| pb::Walk {
+            target: Some(pb::Position { x: tx, y: ty }),
+            speed,
+        }),
+        seq: 7,
+        client_time_ms: 1,
+    }))
+}
+
+fn code(frame: &[u8]) -> ErrorCode {
+    decode_client(frame, &rules()).map_or_else(|e| e.code(), |c| panic!("accepted: {c:?}"))
+}
+
+#[test]
+fn decodes_a_join() {
+    assert_eq!(
+        decode_client(&join("lobby", "Ada"), &rules()),
+        Ok(Command::Join {
+            room: "lobby".into(),
+            name: "Ada".into()
+        })
+    );
+}
+
+#[test]
+fn rejects_bad_names_and_rooms() {
+    assert_eq!(code(&join("lobby", "")), ErrorCode::InvalidName);
+    assert_eq!(code(&join("lobby", "   ")), ErrorCode::InvalidName);
+    assert_eq!(code(&join("lobby", &"n".repeat(33))), ErrorCode::InvalidName);
+    assert_eq!(code(&join("lobby", "a\u{7}b")), ErrorCode::InvalidName);
+    assert_eq!(code(&join("", "Ada")), ErrorCode::InvalidRoom);
+    assert_eq!(code(&join(&"r".repeat(33), "Ada")), ErrorCode::InvalidRoom);
+    assert_eq!(code(&join("a b", "Ada")), ErrorCode::InvalidRoom);
+    assert_eq!(code(&join("lob\nby", "Ada")), ErrorCode::InvalidRoom);
+    // 32 characters of a multi-byte script are fine for a display name.
+    assert!(decode_client(&join("lobby", &"é".repeat(32)), &rules()).is_ok());
+}
+
+#[test]
+fn decodes_moves_and_checks_bounds() {
+    let ok = decode_client(&mv(5_000, 0, Some((10, 20, 140))), &rules());
+    assert_eq!(
+        ok,
+        Ok(Command::Move {
+            motion: Motion {
+                position: Position { x: 5_000, y: 0 },
+                walk: Some(Walk {
+                    target: Position { x: 10, y: 20 },
+                    speed: 140
+                })
+            },
+            seq: 7
+        })
+    );
+    assert_eq!(code(&mv(5_001, 0, None)), ErrorCode::InvalidPosition);
+    assert_eq!(code(&mv(0, u32::MAX, None)), ErrorCode::InvalidPosition);
+    assert_eq!(code(&mv(0, 0, Some((9_999, 0, 1)))), ErrorCode::InvalidPosition);
+    assert_eq!(code(&mv(0, 0, Some((1, 1, 0)))), ErrorCode::InvalidSpeed);
+    assert_eq!(code(&mv(0, 0, Some((1, 1, 1_001)))), ErrorCode::InvalidSpeed);
+    let no_position = encode_client(C::Move(pb::Move::default()));
+    assert_eq!(code(&no_position), ErrorCode::InvalidPosition);
+}
+
+#[test]
+fn rejects_garbage_truncation_and_unknown_types() {
+    assert_eq!(code(&[0xff, 0xff, 0xff]), ErrorCode::Malformed);
+    let whole = join("lobby", "Ada");
+    assert_eq!(code(&whole[..whole.len() - 2]), ErrorCode::Malformed);
+    // Field 9 is no message this server knows: the body is empty.
+    assert_eq!(code(&[0x4a, 0x00]), ErrorCode::UnknownMessage);
+    assert_eq!(code(&[]), ErrorCode::UnknownMessage);
+}
+
+#[test]
+fn checks_chat() {
+    let chat = |t: &str| encode_client(C::Chat(pb::SendChat { text: t.into() }));
+    assert!(decode_client(&chat("hello"), &rules()).is_ok());
+    assert_eq!(code(&chat("")), ErrorCode::InvalidChat);
+    assert_eq!(code(&chat(&"x".repeat(281))), ErrorCode::InvalidChat);
+    assert_eq!(code(&chat("line\nbreak")), ErrorCode::InvalidChat);
+}
+
+#[test]
+fn a_one_move_batch_is_seven_bytes() {
+    let rec = MotionRecord {
+        member: MemberId(3),
+        motion: Motion::standing(Position { x: 2_500, y: 130 }),
+    };
+    let frame = encode_motion(motion_time(1_234_500, 100), &[rec]);
+    // tag, length, time, head, x (2 bytes), y (2 bytes)
+    assert_eq!(frame.len(), 8, "{frame:02x?}");
+    let msg = pb::ServerMessage::decode(frame).expect("decodes");
+    assert_eq!(msg.body, None);
+    assert_eq!(decode_motion(&msg.motion), Ok((1_234_500 / 100 % 128, vec![rec])));
+}
+
+#[test]
+fn motion_decoding_rejects_truncated_records() {
+    assert_eq!(decode_motion(&[]), Err(MotionError::Empty));
+    assert_eq!(decode_motion(&[1, 4, 10]), Err(MotionError::Truncated));
+    assert_eq!(decode_motion(&[1, 5, 10, 10, 1]), Err(MotionError::Truncated));
+    assert_eq!(decode_motion(&[1]), Ok((1, vec![])));
+}
+
+#[test]
+fn resolves_truncated_times_across_the_wrap() {
+    let unit = 100;
+    // Tick 12_799 (mod 128 = 127) seen when the receiver thinks it is 12_801.
+    let t = 12_799 * 100;
+    assert_eq!(resolve_motion_time(motion_time(t, unit), unit, 12_801 * 100), t);
+    // And the other way round: tick 12_801 seen at an estimate of 12_799.
+    let t = 12_801 * 100;
+    assert_eq!(resolve_motion_time(motion_time(t, unit), unit, 12_799 * 100), t);
+    assert_eq!(resolve_motion_time(5, unit, 0), 500);
+}
+
+fn arb_position() -> impl Strategy<Value = Position> {
+    (0u32..=5_000, 0u32..=5_000).prop_map(|(x, y)| Position { x, y })
+}
+
+fn arb_motion() -> impl Strategy<Value = Motion> {
+    (
+        arb_position(),
+        proptest::option::of((arb_position(), 1u32..=1_000)),
+    )
+        .prop_map(|(position, walk)| Motion {
+            position,
+            walk: walk.map(|(target, speed)| Walk { target, speed }),
+        })
+}
+
+proptest! {
+    #[test]
+    fn decode_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+        let _ = decode_client(&bytes, &rules());
+    }
+
+    #[test]
+    fn moves_round_trip(motion in arb_motion(), seq in any::<u32>()) {
+        let frame = encode_client(move_body(motion, seq, 9));
+        prop_assert_eq!(decode_client(&frame, &rules()), Ok(Command::Move { motion, seq }));
+    }
+
+    #[test]
+    fn motion_batches_round_trip(
+        time in 0u32..128,
+        moves in proptest::collection::vec((0u32..500, arb_motion()), 0..40),
+    ) {
+        let records: Vec<_> = moves
+            .into_iter()
+            .map(|(id, motion)| MotionRecord { member: MemberId(id), motion })
+            .collect();
+        let frame = encode_motion(time, &records);
+        let msg = pb::ServerMessage::decode(frame).expect("decodes");
+        prop_assert_eq!(decode_motion(&msg.motion), Ok((time, records)));
+    }
+
+    #[test]
+    fn resolution_recovers_any_time_within_half_a_window(
+        tick in 1_000u64..10_000_000,
+        skew in -63i64..=63,
+        unit in 1u32..1_000,
+    ) {
+        let t = tick * u64::from(unit);
+        let estimate = t.saturating_add_signed(skew * i64::from(unit));
+        prop_assert_eq!(resolve_motion_time(motion_time(t, unit), unit, estimate), t);
+    }
+}
+
+// ------------------------------------------------------------ test vectors
+
+/// The shared vectors: every message type, as bytes and as JSON. The
+/// JavaScript codec (web/test/codec.test.js) decodes each and re-encodes it
+/// byte for byte.
+fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
+    fn client(name: &'static str, body: C) -> (&'static str, &'static str, Vec<u8>, serde_json::Value) {
+        let msg = pb::ClientMessage { body: Some(body) };
+        let json = serde_json::to_value(&msg).expect("serialisable");
+        (name, "ClientMessage", msg.encode_to_vec(), json)
+    }
+    fn server(name: &'static str, msg: pb::ServerMessage) -> (&'static str, &'static str, Vec<u8>, serde_json::Value) {
+        let json = serde_json::to_value(&msg).expect("serialisable");
+        (name, "ServerMessage", msg.encode_to_vec(), json)
+    }
+    fn body(b: S) -> pb::ServerMessage {
+        pb::ServerMessage { body: Some(b), motion: vec![] }
+    }
+    let walker = pb::Member {
+        id: 2,
+        name: "Bó".into(),
+        position: Some(pb::Position { x: 100, y: 4_900 }),
+        walk: Some(pb::Walk { target: Some(pb::Position { x: 2_500, y: 2_500 }), speed: 140 }),
+        moved_at_ms: 1_764_600_000_100,
+    };
+    let stander = pb::Member {
+        id: 0,
+        name: "Ada".into(),
+        position: Some(pb::Position { x: 0, y: 0 }),
+        walk: None,
+        moved_at_ms: 1_764_600_000_000,
+    };
+    let snapshot = pb::Snapshot {
+        server_time_ms: 1_764_600_000_250,
+        members: vec![stander.clone(), walker.clone()],
+    };
+    let limits = pb::Limits {
+        move_interval_ms: 1_000,
+        move_burst: 2,
+        tick_ms: 100,
+        motion_time_unit_ms: 100,
+        world_width: 5_000,
+        world_height: 5_000,
+        max_speed: 1_000,
+        max_message_bytes: 4_096,
+        max_name_chars: 32,
+        max_chat_chars: 280,
+        room_capacity: 500,
+        chat_interval_ms: 2_000,
+        chat_burst: 5,
+    };
+    let batch = |records: &[MotionRecord]| {
+        let frame = encode_motion(motion_time(1_764_600_000_300, 100), records);
+        pb::ServerMessage::decode(frame).expect("decodes")
+    };
+    vec![
+        client("join", C::Join(pb::Join { room: "lobby".into(), name: "Ada Lovelace".into() })),
+        client("join_unicode", C::Join(pb::Join { room: "café-2".replace('é', "e"), name: "Zoë 🌿".into() })),
+        client("move_standing", C::Move(pb::Move {
+            position: Some(pb::Position { x: 1_234, y: 4_321 }),
+            walk: None,
+            seq: 1,
+            client_time_ms: 1_764_600_000_000,
+        })),
+        client("move_walk", C::Move(pb::Move {
+            position: Some(pb::Position { x: 0, y: 5_000 }),
+            walk: Some(pb::Walk { target: Some(pb::Position { x: 5_000, y: 0 }), speed: 1_000 }),
+            seq: 300,
+            client_time_ms: 1_764_600_000_500,
+        })),
+        client("move_at_origin", C::Move(pb::Move {
+            position: Some(pb::Position { x: 0, y: 0 }),
+            walk: None,
+            seq: 0,
+            client_time_ms: 0,
+        })),
+        client("chat", C::Chat(pb::SendChat { text: "hello, room 👋".into() })),
+        client("ping", C::Ping(pb::Ping { client_time_ms: 1_764_600_000_000 })),
+        client("leave", C::Leave(pb::Leave {})),
+        server("welcome", body(S::Welcome(pb::Welcome {
+            member_id: 2,
+            room: "lobby".into(),
+            limits: Some(limits),
+            snapshot: Some(snapshot.clone()),
+        }))),
+        server("joined", body(S::Joined(pb::Joined { member: Some(walker) }))),
+        server("left", body(S::Left(pb::Left { member_id: 3, reason: LeaveReason::TimedOut as i32 }))),
+        server("chat", body(S::Chat(pb::ChatMessage {
+            member_id: 0,
+            text: "hi 👋".into(),
+            server_time_ms: 1_764_600_000_400,
+        }))),
+        server("pong", body(S::Pong(pb::Pong { client_time_ms: 17, server_time_ms: 1_764_600_000_450 }))),
+        server("error", body(S::Error(pb::Error {
+            code: ErrorCode::RoomFull as i32,
+            message: "room lobby is full (500 members)".into(),
+        }))),
+        server("resync", body(S::Resync(snapshot))),
+        server("motion_one", batch(&[MotionRecord {
+            member: MemberId(3),
+            motion: Motion::standing(Position { x: 2_500, y: 130 }),
+        }])),
+        server("motion_mixed", batch(&[
+            MotionRecord { member: MemberId(0), motion: Motion::standing(Position { x: 5_000, y: 5_000 }) },
+            MotionRecord {
+                member: MemberId(70),
+                motion: Motion {
+                    position: Position { x: 1, y: 2 },
+                    walk: Some(Walk { target: Position { x: 4_000, y: 3_000 }, speed: 140 }),
+                },
+            },
+            MotionRecord { member: MemberId(499), motion: Motion::standing(Position { x: 127, y: 128 }) },
+        ])),
+    ]
+}
+
+fn fnv1a64(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Fails when `web/test/vectors.json` differs from what this schema and
+/// codec produce. `AMBLE_UPDATE_VECTORS=1 cargo test vectors` rewrites it.
+#[test]
+fn shared_vectors_match_the_schema() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let schema = std::fs::read(root.join("proto/amble/v1/amble.proto")).expect("schema");
+    let vectors: Vec<_> = vectors()
+        .into_iter()
+        .map(|(name, ty, bytes, json)| {
+            serde_json::json!({ "name": name, "type": ty, "hex": hex(&bytes), "json": json })
+        })
+        .collect();
+    let doc = serde_json::json!({
+        "schema": "proto/amble/v1/amble.proto",
+        "schema_fnv1a64": format!("{:016x}", fnv1a64(&schema)),
+        "note": "Generated by src/protocol/tests.rs; AMBLE_UPDATE_VECTORS=1 cargo test vectors rewrites it.",
+        "vectors": vectors,
+    });
+    let text = serde_json::to_string_pretty(&doc).expect("json") + "\n";
+    let path = root.join("web/test/vectors.json");
+    if std::env::var_os("AMBLE_UPDATE_VECTORS").is_some() {
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, &text).expect("write vectors");
+    }
+    let committed = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        committed == text,
+        "web/test/vectors.json is out of date with the schema or codec; \
+         run `AMBLE_UPDATE_VECTORS=1 cargo test vectors` and update web/amble.js to match"
+    );
+}
+
+#[test]
+fn every_vector_decodes_with_prost() {
+    for (name, ty, bytes, _) in vectors() {
+        match ty {
+            "ClientMessage" => {
+                let cmd = decode_client(&bytes, &rules());
+                assert!(cmd.is_ok(), "{name}: {cmd:?}");
+            }
+            _ => {
+                let msg = pb::ServerMessage::decode(bytes.as_slice());
+                assert!(msg.is_ok(), "{name}");
+            }
+        }
+    }
+}
