@@ -1,2 +1,125 @@
 //! amble: a lightweight-presence server.
+//!
+//! Clients join rooms over WebSocket, send their position at most about
+//! once a second (or one walk for a whole click-to-move path), and see
+//! everyone else in the room move, interpolating locally. No physics runs
+//! here: the server validates, throttles, batches and fans out.
+//!
+//! # Layout
+//!
+//! - [`protocol`]: the `amble.v1` wire types, validation, encoding. No I/O.
+//! - [`throttle`]: rate limits with the clock passed in.
+//! - [`room`]: rooms, members, the tick that batches moves.
+//! - [`fanout`]: the seam between a room and its receivers.
+//! - [`connection`]: one task per socket.
+//! - [`app`]: routes and shared state; [`web`]: the embedded browser client.
+//! - [`metrics`], [`config`], [`clock`].
+//!
+//! [`serve`] runs the whole server on a listener until a shutdown future
+//! completes, which is how both `main` and the tests start it.
+
+pub mod app;
+pub mod clock;
+pub mod config;
+pub mod connection;
+pub mod fanout;
+pub mod metrics;
 pub mod protocol;
+pub mod room;
+pub mod throttle;
+pub mod web;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::serve::ListenerExt;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tracing::{info, warn};
+
+use crate::app::Shared;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::protocol::Position;
+use crate::room::{RoomSettings, Rooms};
+
+/// Serves amble on `listener` until `shutdown` completes, then closes every
+/// WebSocket with 1001 and returns once they are closed (or after
+/// `config.shutdown_timeout_ms`).
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let config = Arc::new(config);
+    let clock = Clock::start();
+    let metrics = Arc::new(Metrics::default());
+    let rooms = Rooms::new(
+        RoomSettings {
+            tick: config.tick(),
+            motion_time_unit_ms: config.motion_time_unit_ms(),
+            capacity: config.room_capacity as usize,
+            buffer: config.room_buffer as usize,
+            spawn: Position {
+                x: config.world_width / 2,
+                y: config.world_height / 2,
+            },
+            limits: config.limits(),
+        },
+        clock,
+        Arc::clone(&metrics),
+    );
+    let token = CancellationToken::new();
+    let shared = Arc::new(Shared {
+        rules: config.rules(),
+        clock,
+        metrics,
+        rooms: Arc::clone(&rooms),
+        connection_slots: Arc::new(Semaphore::new(config.max_connections as usize)),
+        shutdown: token.clone(),
+        sockets: TaskTracker::new(),
+        config: Arc::clone(&config),
+    });
+    let ticker = tokio::spawn(Arc::clone(&rooms).run_ticker(token.clone()));
+
+    let send_buffer = config.socket_send_buffer as usize;
+    let listener = listener.tap_io(move |tcp| {
+        // Small frames must not wait for Nagle's algorithm.
+        if let Err(err) = tcp.set_nodelay(true) {
+            warn!(%err, "TCP_NODELAY");
+        }
+        if send_buffer > 0
+            && let Err(err) = socket2::SockRef::from(&*tcp).set_send_buffer_size(send_buffer)
+        {
+            warn!(%err, "SO_SNDBUF");
+        }
+    });
+    let stop = token.clone();
+    let rooms_at_stop = Arc::clone(&rooms);
+    axum::serve(listener, app::router(Arc::clone(&shared)))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            info!("shutting down: closing every connection with 1001");
+            rooms_at_stop.begin_shutdown();
+            stop.cancel();
+        })
+        .await?;
+
+    // axum has stopped accepting; the socket tasks are closing.
+    token.cancel();
+    shared.sockets.close();
+    let limit = Duration::from_millis(config.shutdown_timeout_ms);
+    if tokio::time::timeout(limit, shared.sockets.wait()).await.is_err() {
+        warn!(
+            open = shared.sockets.len(),
+            "shutdown timeout: some connections did not close in time"
+        );
+    }
+    let _ = ticker.await;
+    info!("stopped");
+    Ok(())
+}

@@ -1,0 +1,407 @@
+//! One WebSocket connection: the only module that sees a socket.
+//!
+//! A connection is one task running one `select!` loop over the socket,
+//! its room subscription, a deferred-move timer, keepalive and shutdown.
+//! Incoming frames are decoded and validated by `protocol`, paced by
+//! `throttle` and handed to `room`; room frames are forwarded as they are.
+//! Every way the loop ends maps to one close code and one leave reason.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
+use tracing::{debug, trace};
+
+use crate::app::Shared;
+use crate::fanout::{Delivery, Frame};
+use crate::protocol::pb::server_message::Body;
+use crate::protocol::{
+    Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
+    encode_server, pb,
+};
+use crate::room::{JoinError, Membership};
+use crate::throttle::{Admit, Budget, Gcra, Verdict};
+
+/// WebSocket close codes (RFC 6455 section 7.4.1).
+pub mod close {
+    pub const NORMAL: u16 = 1000;
+    pub const GOING_AWAY: u16 = 1001;
+    pub const UNSUPPORTED: u16 = 1003;
+    pub const INVALID_PAYLOAD: u16 = 1007;
+    pub const POLICY: u16 = 1008;
+    pub const TOO_BIG: u16 = 1009;
+    pub const TRY_AGAIN_LATER: u16 = 1013;
+}
+
+/// How a connection ended.
+#[derive(Debug)]
+enum End {
+    /// The client closed, or the socket failed.
+    Gone,
+    /// The server is shutting down.
+    Shutdown,
+    /// Nothing arrived within the idle timeout.
+    Idle,
+    /// A send could not complete in time: the peer stopped reading.
+    Stalled,
+    /// The server closes with this code and reason after a bad input.
+    Refused { code: u16, reason: &'static str },
+}
+
+impl End {
+    fn leave_reason(&self) -> LeaveReason {
+        match self {
+            Self::Gone | Self::Stalled => LeaveReason::Disconnected,
+            Self::Shutdown => LeaveReason::Shutdown,
+            Self::Idle => LeaveReason::TimedOut,
+            Self::Refused { .. } => LeaveReason::Kicked,
+        }
+    }
+
+    fn close_frame(&self) -> Option<(u16, &'static str)> {
+        match self {
+            Self::Gone | Self::Stalled => None,
+            Self::Shutdown => Some((close::GOING_AWAY, "server shutting down")),
+            Self::Idle => Some((close::NORMAL, "idle timeout")),
+            Self::Refused { code, reason } => Some((*code, reason)),
+        }
+    }
+}
+
+/// A move held back by the throttle until `at`.
+struct Deferred {
+    motion: Motion,
+    at: Instant,
+}
+
+struct Connection {
+    socket: WebSocket,
+    shared: Arc<Shared>,
+    membership: Option<Membership>,
+    moves: Budget,
+    chats: Budget,
+    /// Refused inputs; a client that keeps sending bad ones is closed.
+    strikes: Gcra,
+    deferred: Option<Deferred>,
+    last_inbound: Instant,
+}
+
+/// Serves one upgraded socket until it ends. `permit` is the connection's
+/// slot under the connection limit.
+pub async fn run(socket: WebSocket, shared: Arc<Shared>, permit: tokio::sync::OwnedSemaphorePermit) {
+    let config = &shared.config;
+    let mut conn = Connection {
+        socket,
+        moves: Budget::new(config.move_interval(), config.move_burst, config.flood_factor),
+        chats: Budget::new(config.chat_interval(), config.chat_burst, config.flood_factor),
+        strikes: Gcra::new(Duration::from_secs(1), 20),
+        membership: None,
+        deferred: None,
+        last_inbound: Instant::now(),
+        shared: Arc::clone(&shared),
+    };
+    shared.metrics.connections.inc();
+    shared.metrics.connections_accepted.inc();
+    let end = conn.serve().await;
+    debug!(?end, "connection ends");
+    if let Some(m) = conn.membership.take() {
+        m.leave(end.leave_reason());
+    }
+    if matches!(end, End::Idle) {
+        shared.metrics.timeouts.inc();
+    }
+    if let Some((code, reason)) = end.close_frame() {
+        conn.close(code, reason).await;
+    }
+    shared.metrics.connections.dec();
+    drop(permit);
+}
+
+/// Refuses a socket over the connection limit: an `Error` and close 1013.
+pub async fn refuse(mut socket: WebSocket, shared: Arc<Shared>) {
+    shared.metrics.reject(ErrorCode::ServerFull);
+    let reason = "server full: too many connections, try again later";
+    let error = encode_error(ErrorCode::ServerFull, reason);
+    let bounded = Duration::from_secs(1);
+    let _ = timeout(bounded, socket.send(Message::Binary(error))).await;
+    let close = Message::Close(Some(CloseFrame {
+        code: close::TRY_AGAIN_LATER,
+        reason: reason.into(),
+    }));
+    let _ = timeout(bounded, socket.send(close)).await;
+}
+
+impl Connection {
+    async fn serve(&mut self) -> End {
+        let config = Arc::clone(&self.shared.config);
+        let idle_timeout = Duration::from_millis(config.idle_timeout_ms);
+        let ping_every = Duration::from_millis(config.ping_interval_ms);
+        let mut keepalive = tokio::time::interval(ping_every.min(idle_timeout));
+        keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        keepalive.reset();
+        let shutdown = self.shared.shutdown.clone();
+        loop {
+            let deferred_at = self.deferred.as_ref().map(|d| d.at);
+            let step = tokio::select! {
+                biased;
+                () = shutdown.cancelled() => Err(End::Shutdown),
+                msg = self.socket.recv() => match msg {
+                    Some(Ok(msg)) => {
+                        self.last_inbound = Instant::now();
+                        self.on_message(msg).await
+                    }
+                    Some(Err(err)) => {
+                        debug!(%err, "socket error");
+                        Err(End::Gone)
+                    }
+                    None => Err(End::Gone),
+                },
+                delivery = recv_room(&mut self.membership) => self.on_delivery(delivery).await,
+                () = sleep_until(deferred_at.unwrap_or_else(Instant::now)), if deferred_at.is_some() => {
+                    self.apply_deferred();
+                    Ok(())
+                }
+                _ = keepalive.tick() => {
+                    let quiet = self.last_inbound.elapsed();
+                    if quiet >= idle_timeout {
+                        Err(End::Idle)
+                    } else if quiet >= ping_every.min(idle_timeout / 2) {
+                        self.send(Message::Ping(Default::default())).await
+                    } else {
+                        Ok(())
+                    }
+                }
+            };
+            if let Err(end) = step {
+                return end;
+            }
+        }
+    }
+
+    async fn on_message(&mut self, msg: Message) -> Result<(), End> {
+        let metrics = &self.shared.metrics;
+        let data = match msg {
+            Message::Binary(data) => data,
+            Message::Text(_) => {
+                self.refuse(ErrorCode::TextFrame, "text frames are not accepted: send binary amble.v1 frames")
+                    .await?;
+                return Err(End::Refused {
+                    code: close::UNSUPPORTED,
+                    reason: "binary frames only",
+                });
+            }
+            Message::Close(_) => return Err(End::Gone),
+            // Pings are answered by the WebSocket layer; pongs only prove life.
+            Message::Ping(_) | Message::Pong(_) => return Ok(()),
+        };
+        metrics.frames_received.inc();
+        metrics.bytes_received.inc_by(data.len() as u64);
+        let limit = self.shared.config.max_message_bytes as usize;
+        if data.len() > limit {
+            let text = format!("frame of {} bytes is over the limit of {limit}", data.len());
+            self.refuse(ErrorCode::TooBig, text).await?;
+            return Err(End::Refused {
+                code: close::TOO_BIG,
+                reason: "message too big",
+            });
+        }
+        match decode_client(&data, &self.shared.rules) {
+            Ok(cmd) => self.on_command(cmd).await,
+            Err(err @ DecodeError::Malformed(_)) => {
+                self.refuse(err.code(), err.to_string()).await?;
+                Err(End::Refused {
+                    code: close::INVALID_PAYLOAD,
+                    reason: "not a valid amble.v1 message",
+                })
+            }
+            Err(err) => self.refuse(err.code(), err.to_string()).await,
+        }
+    }
+
+    async fn on_command(&mut self, cmd: Command) -> Result<(), End> {
+        let now = Instant::now();
+        match cmd {
+            Command::Ping { client_time_ms } => {
+                let pong = encode_server(Body::Pong(pb::Pong {
+                    client_time_ms,
+                    server_time_ms: self.shared.clock.now_ms(),
+                }));
+                self.send_frame(pong).await
+            }
+            Command::Join { room, name } => {
+                if let Some(m) = &self.membership {
+                    let text = format!("already in room {} as member {}: send Leave first", m.room(), m.id().0);
+                    return self.refuse(ErrorCode::AlreadyJoined, text).await;
+                }
+                match self.shared.rooms.join(&room, name) {
+                    Ok(mut m) => {
+                        debug!(room, id = m.id().0, "joined");
+                        let welcome = m.take_welcome();
+                        self.membership = Some(m);
+                        match welcome {
+                            Some(frame) => self.send_frame(frame).await,
+                            None => Ok(()),
+                        }
+                    }
+                    Err(err @ JoinError::RoomFull { .. }) => {
+                        self.refuse(ErrorCode::RoomFull, err.to_string()).await
+                    }
+                    Err(JoinError::ShuttingDown) => Err(End::Shutdown),
+                }
+            }
+            Command::Move { motion, seq } => {
+                let Some(m) = &self.membership else {
+                    return self.refuse(ErrorCode::NotJoined, "Move before Join").await;
+                };
+                self.shared.metrics.moves_received.inc();
+                trace!(seq, "move");
+                match self.moves.arrive(now) {
+                    Verdict::Apply => {
+                        if self.deferred.take().is_some() {
+                            self.shared.metrics.moves_coalesced.inc();
+                        }
+                        m.submit(motion);
+                        Ok(())
+                    }
+                    Verdict::Defer(at) => {
+                        if self.deferred.replace(Deferred { motion, at }).is_some() {
+                            self.shared.metrics.moves_coalesced.inc();
+                        }
+                        Ok(())
+                    }
+                    Verdict::Flood => self.flood("moves").await,
+                }
+            }
+            Command::Chat { text } => {
+                let Some(m) = &self.membership else {
+                    return self.refuse(ErrorCode::NotJoined, "Chat before Join").await;
+                };
+                match self.chats.arrive(now) {
+                    Verdict::Apply => {
+                        m.chat(text);
+                        self.shared.metrics.chats_relayed.inc();
+                        Ok(())
+                    }
+                    Verdict::Defer(at) => {
+                        let wait = at.saturating_duration_since(now).as_millis();
+                        let text = format!("chat budget spent: message dropped, next allowed in {wait} ms");
+                        self.refuse(ErrorCode::RateLimited, text).await
+                    }
+                    Verdict::Flood => self.flood("chat").await,
+                }
+            }
+            Command::Leave => match self.membership.take() {
+                Some(m) => {
+                    self.deferred = None;
+                    m.leave(LeaveReason::Left);
+                    Ok(())
+                }
+                None => self.refuse(ErrorCode::NotJoined, "Leave before Join").await,
+            },
+        }
+    }
+
+    async fn on_delivery(&mut self, delivery: Delivery) -> Result<(), End> {
+        match delivery {
+            Delivery::Frame(frame) => self.send_frame(frame).await,
+            Delivery::Lagged(missed) => {
+                let Some(m) = &mut self.membership else {
+                    return Ok(());
+                };
+                debug!(missed, "receiver lagged: resync");
+                self.shared.metrics.resyncs.inc();
+                let frame = m.resync();
+                self.send_frame(frame).await
+            }
+            // Rooms outlive their members' subscriptions; not expected.
+            Delivery::Closed => {
+                self.membership = None;
+                Ok(())
+            }
+        }
+    }
+
+    fn apply_deferred(&mut self) {
+        let Some(d) = self.deferred.take() else {
+            return;
+        };
+        match self.moves.take_deferred(Instant::now()) {
+            Admit::Now => {
+                if let Some(m) = &self.membership {
+                    m.submit(d.motion);
+                }
+            }
+            Admit::At(at) => self.deferred = Some(Deferred { at, ..d }),
+        }
+    }
+
+    /// Sends an `Error` for a refused input and counts it. Too many refusals
+    /// in a row close the connection as a flood.
+    async fn refuse(&mut self, code: ErrorCode, text: impl Into<String>) -> Result<(), End> {
+        self.shared.metrics.reject(code);
+        let text = text.into();
+        debug!(?code, %text, "refused input");
+        self.send_frame(encode_error(code, text)).await?;
+        if let Admit::At(_) = self.strikes.admit(Instant::now()) {
+            return self.flood("refused inputs").await;
+        }
+        Ok(())
+    }
+
+    async fn flood(&mut self, what: &str) -> Result<(), End> {
+        self.shared.metrics.reject(ErrorCode::Flood);
+        let text = format!("flooding: {what} far over budget");
+        self.send_frame(encode_error(ErrorCode::Flood, text)).await?;
+        Err(End::Refused {
+            code: close::POLICY,
+            reason: "flooding",
+        })
+    }
+
+    async fn send_frame(&mut self, frame: Frame) -> Result<(), End> {
+        let len = frame.len();
+        self.send(Message::Binary(frame)).await?;
+        self.shared.metrics.sent(len);
+        Ok(())
+    }
+
+    async fn send(&mut self, msg: Message) -> Result<(), End> {
+        let limit = Duration::from_millis(self.shared.config.send_timeout_ms);
+        match timeout(limit, self.socket.send(msg)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(err)) => {
+                debug!(%err, "send failed");
+                Err(End::Gone)
+            }
+            Err(_) => Err(End::Stalled),
+        }
+    }
+
+    async fn close(&mut self, code: u16, reason: &'static str) {
+        let frame = Message::Close(Some(CloseFrame {
+            code,
+            reason: reason.into(),
+        }));
+        let bounded = Duration::from_secs(1);
+        if timeout(bounded, self.socket.send(frame)).await.is_err() {
+            return;
+        }
+        // Wait (briefly) for the client's close reply so it sees a clean close.
+        let _ = timeout(bounded, async {
+            while let Some(Ok(msg)) = self.socket.recv().await {
+                if matches!(msg, Message::Close(_)) {
+                    break;
+                }
+            }
+        })
+        .await;
+    }
+}
+
+async fn recv_room(membership: &mut Option<Membership>) -> Delivery {
+    match membership {
+        Some(m) => m.recv().await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,200 @@
+//! Counters and gauges rendered at `GET /metrics` in the Prometheus text
+//! format. This module only counts; it decides nothing.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
+use prometheus_client::registry::Registry;
+
+use crate::protocol::ErrorCode;
+
+/// Labels of `amble_rejected_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabels {
+    /// The protocol error code, e.g. `invalid_position`.
+    pub reason: String,
+}
+
+#[derive(Default)]
+pub struct Metrics {
+    pub connections: Gauge,
+    pub connections_accepted: Counter,
+    pub rooms: Gauge,
+    pub members: Gauge,
+    pub moves_received: Counter,
+    pub moves_applied: Counter,
+    pub moves_coalesced: Counter,
+    pub chats_relayed: Counter,
+    pub frames_received: Counter,
+    pub bytes_received: Counter,
+    pub frames_sent: Counter,
+    pub bytes_sent: Counter,
+    pub batches: Counter,
+    pub resyncs: Counter,
+    pub timeouts: Counter,
+    pub rejected: Family<RejectLabels, Counter<u64, AtomicU64>>,
+    registry: std::sync::OnceLock<Registry>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Metrics {
+    /// Counts one refused input under its error code.
+    pub fn reject(&self, code: ErrorCode) {
+        let reason = code
+            .as_str_name()
+            .trim_start_matches("ERROR_CODE_")
+            .to_ascii_lowercase();
+        self.rejected.get_or_create(&RejectLabels { reason }).inc();
+    }
+
+    /// How many inputs were refused with `code` (for tests).
+    pub fn rejected_count(&self, code: ErrorCode) -> u64 {
+        let reason = code
+            .as_str_name()
+            .trim_start_matches("ERROR_CODE_")
+            .to_ascii_lowercase();
+        self.rejected.get_or_create(&RejectLabels { reason }).get()
+    }
+
+    /// Counts one frame sent to a client.
+    pub fn sent(&self, bytes: usize) {
+        self.frames_sent.inc();
+        self.bytes_sent.inc_by(bytes as u64);
+    }
+
+    fn registry(&self) -> &Registry {
+        self.registry.get_or_init(|| {
+            let mut r = Registry::with_prefix("amble");
+            r.register("connections", "Open WebSocket connections", self.connections.clone());
+            r.register(
+                "connections_accepted",
+                "WebSocket connections accepted",
+                self.connections_accepted.clone(),
+            );
+            r.register("rooms", "Rooms with at least one member", self.rooms.clone());
+            r.register("members", "Members in all rooms", self.members.clone());
+            r.register("moves_received", "Move messages received", self.moves_received.clone());
+            r.register(
+                "moves_applied",
+                "Moves applied to a room (after throttling and coalescing)",
+                self.moves_applied.clone(),
+            );
+            r.register(
+                "moves_coalesced",
+                "Moves replaced by a newer one before they were applied",
+                self.moves_coalesced.clone(),
+            );
+            r.register("chats_relayed", "Chat messages relayed", self.chats_relayed.clone());
+            r.register("frames_received", "Frames received from clients", self.frames_received.clone());
+            r.register(
+                "bytes_received",
+                "Payload bytes received from clients",
+                self.bytes_received.clone(),
+            );
+            r.register("frames_sent", "Frames sent to clients", self.frames_sent.clone());
+            r.register("bytes_sent", "Payload bytes sent to clients", self.bytes_sent.clone());
+            r.register("motion_batches", "Room motion batches encoded", self.batches.clone());
+            r.register(
+                "resyncs",
+                "Snapshots sent to receivers that fell behind their room",
+                self.resyncs.clone(),
+            );
+            r.register("idle_timeouts", "Connections closed as idle", self.timeouts.clone());
+            r.register(
+                "rejected",
+                "Client inputs refused, by protocol error code",
+                self.rejected.clone(),
+            );
+            r.register_collector(Box::new(ProcessCollector));
+            r
+        })
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, self.registry());
+        out
+    }
+}
+
+/// Process CPU time and resident memory, read from `/proc` at each scrape.
+#[derive(Debug)]
+struct ProcessCollector;
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        if let Some(cpu) = process_cpu_seconds() {
+            let c = ConstCounter::new(cpu);
+            let e = encoder.encode_descriptor(
+                "process_cpu_seconds",
+                "User and system CPU time of the server process, seconds",
+                None,
+                c.metric_type(),
+            )?;
+            c.encode(e)?;
+        }
+        if let Some(rss) = process_resident_bytes() {
+            let g = ConstGauge::new(rss as i64);
+            let e = encoder.encode_descriptor(
+                "process_resident_memory_bytes",
+                "Resident memory of the server process, bytes",
+                None,
+                g.metric_type(),
+            )?;
+            g.encode(e)?;
+        }
+        Ok(())
+    }
+}
+
+/// utime + stime from `/proc/self/stat`, in seconds. The kernel reports
+/// them in USER_HZ, which Linux fixes at 100 for user space.
+pub fn process_cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = stat.rsplit_once(')')?.1;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some((utime + stime) as f64 / 100.0)
+}
+
+/// VmRSS from `/proc/self/status`, in bytes.
+pub fn process_resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_labels_and_process_figures() {
+        let m = Metrics::default();
+        m.moves_received.inc();
+        m.sent(12);
+        m.reject(ErrorCode::InvalidPosition);
+        m.reject(ErrorCode::InvalidPosition);
+        let text = m.render();
+        assert!(text.contains("amble_moves_received_total 1\n"), "{text}");
+        assert!(text.contains("amble_bytes_sent_total 12\n"), "{text}");
+        assert!(text.contains("amble_rejected_total{reason=\"invalid_position\"} 2\n"), "{text}");
+        assert!(text.contains("amble_process_cpu_seconds_total "), "{text}");
+        assert!(text.contains("amble_process_resident_memory_bytes "), "{text}");
+        assert_eq!(m.rejected_count(ErrorCode::InvalidPosition), 2);
+    }
+}

@@ -1,0 +1,448 @@
+//! Rooms and their members: the shared state of the server.
+//!
+//! [`Rooms`] holds every room in a `DashMap`; a room is created by its
+//! first join and removed when its last member leaves. Each [`Room`] owns
+//! its members behind a short-lived `std` mutex (never held across an
+//! `.await`) and a [`Fanout`] of pre-encoded frames. Moves are queued per
+//! member (newest wins) and applied on the room's tick as one motion batch,
+//! so a member receives at most one movement frame per tick however many
+//! members moved. Joined, Left and chat frames go out at once.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use dashmap::DashMap;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::Clock;
+use crate::fanout::{Delivery, Fanout, Frame, LocalFanout, Subscription};
+use crate::metrics::Metrics;
+use crate::protocol::pb::server_message::Body;
+use crate::protocol::{
+    LeaveReason, MemberId, Motion, MotionRecord, Position, encode_motion, encode_server,
+    motion_time, pb,
+};
+
+/// How rooms behave; taken from the server config.
+#[derive(Clone, Debug)]
+pub struct RoomSettings {
+    /// Batch period; zero sends each move at once.
+    pub tick: Duration,
+    /// Unit of truncated motion times, milliseconds.
+    pub motion_time_unit_ms: u32,
+    pub capacity: usize,
+    /// Frames a room keeps for its slowest receiver.
+    pub buffer: usize,
+    /// Where a new member stands until it first moves.
+    pub spawn: Position,
+    /// Sent to every member in `Welcome`.
+    pub limits: pb::Limits,
+}
+
+/// Why a join failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum JoinError {
+    /// The room has `capacity` members already.
+    #[error("room {room} is full ({capacity} members)")]
+    RoomFull { room: String, capacity: usize },
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+}
+
+/// Every room of this server.
+pub struct Rooms {
+    map: DashMap<Arc<str>, Arc<Room>>,
+    settings: RoomSettings,
+    clock: Clock,
+    metrics: Arc<Metrics>,
+    shutting_down: AtomicBool,
+}
+
+/// One room: its members and its fan-out.
+pub struct Room {
+    name: Arc<str>,
+    fanout: Box<dyn Fanout>,
+    state: Mutex<State>,
+}
+
+struct State {
+    members: BTreeMap<MemberId, Member>,
+    /// Members with a pending move, in arrival order (may repeat an id).
+    dirty: Vec<MemberId>,
+    /// False once the last member left and the room left the map.
+    open: bool,
+}
+
+struct Member {
+    name: String,
+    motion: Motion,
+    moved_at_ms: u64,
+    /// The newest move not yet applied.
+    pending: Option<Motion>,
+}
+
+/// A room name and how many members it has, for `GET /api/rooms`.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct RoomInfo {
+    pub name: String,
+    pub members: usize,
+}
+
+impl Room {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the state consistent: every
+        // critical section writes whole values. So poisoning is ignored.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl State {
+    fn snapshot(&self, now_ms: u64) -> pb::Snapshot {
+        pb::Snapshot {
+            server_time_ms: now_ms,
+            members: self
+                .members
+                .iter()
+                .map(|(id, m)| member_pb(*id, m))
+                .collect(),
+        }
+    }
+
+    fn lowest_free_id(&self) -> MemberId {
+        let mut next = 0;
+        for id in self.members.keys() {
+            if id.0 != next {
+                break;
+            }
+            next += 1;
+        }
+        MemberId(next)
+    }
+}
+
+fn member_pb(id: MemberId, m: &Member) -> pb::Member {
+    pb::Member {
+        id: id.0,
+        name: m.name.clone(),
+        position: Some(m.motion.position.into()),
+        walk: m.motion.walk.map(Into::into),
+        moved_at_ms: m.moved_at_ms,
+    }
+}
+
+impl Rooms {
+    pub fn new(settings: RoomSettings, clock: Clock, metrics: Arc<Metrics>) -> Arc<Self> {
+        Arc::new(Self {
+            map: DashMap::new(),
+            settings,
+            clock,
+            metrics,
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// Joins `room` (creating it) as `name`. On success the member is in
+    /// the room, the others have been sent `Joined`, and the returned
+    /// membership holds the `Welcome` frame and a subscription that starts
+    /// right after it.
+    pub fn join(self: &Arc<Self>, room: &str, name: String) -> Result<Membership, JoinError> {
+        loop {
+            if self.shutting_down.load(Ordering::Relaxed) {
+                return Err(JoinError::ShuttingDown);
+            }
+            // Clone the room out and drop the map guard before locking it.
+            let entry = self.map.entry(Arc::from(room)).or_insert_with(|| {
+                self.metrics.rooms.inc();
+                Arc::new(Room {
+                    name: Arc::from(room),
+                    fanout: Box::new(LocalFanout::new(self.settings.buffer)),
+                    state: Mutex::new(State {
+                        members: BTreeMap::new(),
+                        dirty: Vec::new(),
+                        open: true,
+                    }),
+                })
+            });
+            let handle = Arc::clone(entry.value());
+            drop(entry);
+
+            let mut st = handle.state();
+            if !st.open {
+                // Its last member left between our lookup and our lock, and
+                // it is leaving the map: look again.
+                continue;
+            }
+            if st.members.len() >= self.settings.capacity {
+                return Err(JoinError::RoomFull {
+                    room: room.to_owned(),
+                    capacity: self.settings.capacity,
+                });
+            }
+            let now_ms = self.clock.now_ms();
+            let id = st.lowest_free_id();
+            let member = Member {
+                name,
+                motion: Motion::standing(self.settings.spawn),
+                moved_at_ms: now_ms,
+                pending: None,
+            };
+            let joined = encode_server(Body::Joined(pb::Joined {
+                member: Some(member_pb(id, &member)),
+            }));
+            st.members.insert(id, member);
+            handle.fanout.publish(joined);
+            // Subscribed after our own Joined and under the same lock as
+            // the snapshot: the first frame we see is the first after it.
+            let subscription = handle.fanout.subscribe();
+            let welcome = encode_server(Body::Welcome(pb::Welcome {
+                member_id: id.0,
+                room: room.to_owned(),
+                limits: Some(self.settings.limits.clone()),
+                snapshot: Some(st.snapshot(now_ms)),
+            }));
+            drop(st);
+            self.metrics.members.inc();
+            return Ok(Membership {
+                rooms: Arc::clone(self),
+                room: handle,
+                id,
+                subscription,
+                welcome: Some(welcome),
+                left: false,
+            });
+        }
+    }
+
+    fn remove(&self, room: &Arc<Room>, id: MemberId, reason: LeaveReason) {
+        let now_empty = {
+            let mut st = room.state();
+            if st.members.remove(&id).is_none() {
+                return;
+            }
+            if st.members.is_empty() {
+                st.open = false;
+                true
+            } else {
+                // At shutdown everyone is leaving: spare the n² Left frames.
+                if !self.shutting_down.load(Ordering::Relaxed) {
+                    room.fanout.publish(encode_server(Body::Left(pb::Left {
+                        member_id: id.0,
+                        reason: reason as i32,
+                    })));
+                }
+                false
+            }
+        };
+        self.metrics.members.dec();
+        if now_empty {
+            // The room lock is released: the map lock is never taken under it.
+            if self
+                .map
+                .remove_if(&room.name, |_, r| Arc::ptr_eq(r, room))
+                .is_some()
+            {
+                self.metrics.rooms.dec();
+            }
+        }
+    }
+
+    /// Queues `motion` as `id`'s newest move; with a zero tick it is applied
+    /// and sent at once.
+    fn submit(&self, room: &Room, id: MemberId, motion: Motion) {
+        let mut st = room.state();
+        let State { members, dirty, .. } = &mut *st;
+        let Some(member) = members.get_mut(&id) else {
+            return;
+        };
+        if self.settings.tick.is_zero() {
+            let now_ms = self.clock.now_ms();
+            member.motion = motion;
+            member.moved_at_ms = now_ms;
+            let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
+            room.fanout
+                .publish(encode_motion(time, &[MotionRecord { member: id, motion }]));
+            self.metrics.moves_applied.inc();
+            self.metrics.batches.inc();
+            return;
+        }
+        if member.pending.replace(motion).is_some() {
+            self.metrics.moves_coalesced.inc();
+        } else {
+            dirty.push(id);
+        }
+    }
+
+    /// Applies every room's pending moves as of server time `now_ms` and
+    /// publishes one batch per room that had any.
+    pub fn flush_all(&self, now_ms: u64) {
+        // Collect first: a room lock is never taken under a map guard.
+        let rooms: Vec<Arc<Room>> = self.map.iter().map(|r| Arc::clone(r.value())).collect();
+        let mut records = Vec::new();
+        for room in rooms {
+            self.flush(&room, now_ms, &mut records);
+        }
+    }
+
+    fn flush(&self, room: &Room, now_ms: u64, records: &mut Vec<MotionRecord>) {
+        let mut st = room.state();
+        if st.dirty.is_empty() {
+            return;
+        }
+        records.clear();
+        let State { members, dirty, .. } = &mut *st;
+        for id in dirty.drain(..) {
+            if let Some(m) = members.get_mut(&id)
+                && let Some(motion) = m.pending.take()
+            {
+                m.motion = motion;
+                m.moved_at_ms = now_ms;
+                records.push(MotionRecord { member: id, motion });
+            }
+        }
+        if records.is_empty() {
+            return;
+        }
+        let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
+        // Published under the lock, so batches and Joined/Left keep one order.
+        room.fanout.publish(encode_motion(time, records));
+        drop(st);
+        self.metrics.moves_applied.inc_by(records.len() as u64);
+        self.metrics.batches.inc();
+    }
+
+    /// Runs the room ticks until `shutdown`: every `tick`, aligned to
+    /// multiples of the tick in server time so batch times are exact.
+    pub async fn run_ticker(self: Arc<Self>, shutdown: CancellationToken) {
+        let tick = self.settings.tick;
+        let Ok(tick_ms) = u64::try_from(tick.as_millis()) else {
+            return;
+        };
+        if tick_ms == 0 {
+            return;
+        }
+        let now_ms = self.clock.now_ms();
+        let first = self.clock.instant_at(now_ms - now_ms % tick_ms + tick_ms);
+        let mut interval = tokio::time::interval_at(first, tick);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                at = interval.tick() => self.flush_all(self.tick_time_ms(at, tick_ms)),
+            }
+        }
+    }
+
+    /// The server time of the tick scheduled at `at`, on the tick grid.
+    fn tick_time_ms(&self, at: Instant, tick_ms: u64) -> u64 {
+        let ms = self.clock.ms_at(at);
+        // Round to the nearest multiple: `at` is on the grid up to the
+        // millisecond truncation of the clock origin.
+        (ms + tick_ms / 2) / tick_ms * tick_ms
+    }
+
+    /// Stops new joins and quiets leave notices; connections then close.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    /// Rooms by name with their member counts.
+    pub fn list(&self) -> Vec<RoomInfo> {
+        let rooms: Vec<Arc<Room>> = self.map.iter().map(|r| Arc::clone(r.value())).collect();
+        let mut list: Vec<RoomInfo> = rooms
+            .iter()
+            .map(|r| RoomInfo {
+                name: r.name.to_string(),
+                members: r.state().members.len(),
+            })
+            .filter(|r| r.members > 0)
+            .collect();
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        list
+    }
+}
+
+/// One connection's place in a room. Dropping it leaves the room (reason
+/// DISCONNECTED), so no member outlives its connection.
+pub struct Membership {
+    rooms: Arc<Rooms>,
+    room: Arc<Room>,
+    id: MemberId,
+    subscription: Subscription,
+    welcome: Option<Frame>,
+    left: bool,
+}
+
+impl Membership {
+    pub fn id(&self) -> MemberId {
+        self.id
+    }
+
+    pub fn room(&self) -> &str {
+        self.room.name()
+    }
+
+    /// The `Welcome` frame, once.
+    pub fn take_welcome(&mut self) -> Option<Frame> {
+        self.welcome.take()
+    }
+
+    /// Queues a move (already throttled) for the next tick.
+    pub fn submit(&self, motion: Motion) {
+        self.rooms.submit(&self.room, self.id, motion);
+    }
+
+    /// Relays a chat message to the room, sender included.
+    pub fn chat(&self, text: String) {
+        let frame = encode_server(Body::Chat(pb::ChatMessage {
+            member_id: self.id.0,
+            text,
+            server_time_ms: self.rooms.clock.now_ms(),
+        }));
+        self.room.fanout.publish(frame);
+    }
+
+    /// The next frame for this member.
+    pub async fn recv(&mut self) -> Delivery {
+        self.subscription.recv().await
+    }
+
+    /// A fresh subscription and the `Resync` snapshot that matches it, for
+    /// a receiver that lagged.
+    pub fn resync(&mut self) -> Frame {
+        let st = self.room.state();
+        self.subscription = self.room.fanout.subscribe();
+        let snapshot = st.snapshot(self.rooms.clock.now_ms());
+        drop(st);
+        encode_server(Body::Resync(snapshot))
+    }
+
+    /// Leaves the room; the others get `Left` with `reason`.
+    pub fn leave(mut self, reason: LeaveReason) {
+        self.left = true;
+        self.rooms.remove(&self.room, self.id, reason);
+    }
+}
+
+impl Drop for Membership {
+    fn drop(&mut self) {
+        if !self.left {
+            self.rooms
+                .remove(&self.room, self.id, LeaveReason::Disconnected);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
