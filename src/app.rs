@@ -58,7 +58,9 @@ async fn upgrade(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Res
     // tungstenite's own cap is a backstop well above ours, so an oversized
     // frame is read and refused with a clear 1009 rather than a torn socket.
     let hard_cap = max.saturating_mul(4).max(16 * 1024);
-    let permit = Arc::clone(&shared.connection_slots).try_acquire_owned().ok();
+    let permit = Arc::clone(&shared.connection_slots)
+        .try_acquire_owned()
+        .ok();
     let tracker = shared.sockets.clone();
     ws.protocols([SUBPROTOCOL])
         .read_buffer_size(READ_BUFFER_BYTES)

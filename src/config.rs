@@ -192,7 +192,10 @@ mod tests {
     fn defaults_match_the_documented_limits() {
         let c = Config::default();
         assert_eq!(c.listen.to_string(), "127.0.0.1:3000");
-        assert_eq!((c.tick_ms, c.move_interval_ms, c.move_burst), (100, 1_000, 2));
+        assert_eq!(
+            (c.tick_ms, c.move_interval_ms, c.move_burst),
+            (100, 1_000, 2)
+        );
         assert_eq!(c.motion_time_unit_ms(), 100);
         let immediate = Config::parse_from(["amble", "--tick-ms", "0"]);
         assert_eq!(immediate.motion_time_unit_ms(), 10);

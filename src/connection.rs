@@ -89,12 +89,24 @@ struct Connection {
 
 /// Serves one upgraded socket until it ends. `permit` is the connection's
 /// slot under the connection limit.
-pub async fn run(socket: WebSocket, shared: Arc<Shared>, permit: tokio::sync::OwnedSemaphorePermit) {
+pub async fn run(
+    socket: WebSocket,
+    shared: Arc<Shared>,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) {
     let config = &shared.config;
     let mut conn = Connection {
         socket,
-        moves: Budget::new(config.move_interval(), config.move_burst, config.flood_factor),
-        chats: Budget::new(config.chat_interval(), config.chat_burst, config.flood_factor),
+        moves: Budget::new(
+            config.move_interval(),
+            config.move_burst,
+            config.flood_factor,
+        ),
+        chats: Budget::new(
+            config.chat_interval(),
+            config.chat_burst,
+            config.flood_factor,
+        ),
         strikes: Gcra::new(Duration::from_secs(1), 20),
         membership: None,
         deferred: None,
@@ -151,10 +163,7 @@ impl Connection {
                         self.last_inbound = Instant::now();
                         self.on_message(msg).await
                     }
-                    Some(Err(err)) => {
-                        debug!(%err, "socket error");
-                        Err(End::Gone)
-                    }
+                    Some(Err(err)) => self.on_socket_error(err).await,
                     None => Err(End::Gone),
                 },
                 delivery = recv_room(&mut self.membership) => self.on_delivery(delivery).await,
@@ -179,13 +188,37 @@ impl Connection {
         }
     }
 
+    /// A read failed. A frame past the WebSocket layer's hard cap is
+    /// refused with 1009 like any other oversized frame; anything else
+    /// means the peer is gone.
+    async fn on_socket_error(&mut self, err: axum::Error) -> Result<(), End> {
+        let inner = err.into_inner();
+        if let Some(tungstenite::Error::Capacity(cap)) = inner.downcast_ref::<tungstenite::Error>()
+        {
+            let text = format!(
+                "{cap}: the limit is {} bytes",
+                self.shared.config.max_message_bytes
+            );
+            self.refuse(ErrorCode::TooBig, text).await?;
+            return Err(End::Refused {
+                code: close::TOO_BIG,
+                reason: "message too big",
+            });
+        }
+        debug!(err = %inner, "socket error");
+        Err(End::Gone)
+    }
+
     async fn on_message(&mut self, msg: Message) -> Result<(), End> {
         let metrics = &self.shared.metrics;
         let data = match msg {
             Message::Binary(data) => data,
             Message::Text(_) => {
-                self.refuse(ErrorCode::TextFrame, "text frames are not accepted: send binary amble.v1 frames")
-                    .await?;
+                self.refuse(
+                    ErrorCode::TextFrame,
+                    "text frames are not accepted: send binary amble.v1 frames",
+                )
+                .await?;
                 return Err(End::Refused {
                     code: close::UNSUPPORTED,
                     reason: "binary frames only",
@@ -231,7 +264,11 @@ impl Connection {
             }
             Command::Join { room, name } => {
                 if let Some(m) = &self.membership {
-                    let text = format!("already in room {} as member {}: send Leave first", m.room(), m.id().0);
+                    let text = format!(
+                        "already in room {} as member {}: send Leave first",
+                        m.room(),
+                        m.id().0
+                    );
                     return self.refuse(ErrorCode::AlreadyJoined, text).await;
                 }
                 match self.shared.rooms.join(&room, name) {
@@ -285,7 +322,9 @@ impl Connection {
                     }
                     Verdict::Defer(at) => {
                         let wait = at.saturating_duration_since(now).as_millis();
-                        let text = format!("chat budget spent: message dropped, next allowed in {wait} ms");
+                        let text = format!(
+                            "chat budget spent: message dropped, next allowed in {wait} ms"
+                        );
                         self.refuse(ErrorCode::RateLimited, text).await
                     }
                     Verdict::Flood => self.flood("chat").await,
@@ -352,7 +391,8 @@ impl Connection {
     async fn flood(&mut self, what: &str) -> Result<(), End> {
         self.shared.metrics.reject(ErrorCode::Flood);
         let text = format!("flooding: {what} far over budget");
-        self.send_frame(encode_error(ErrorCode::Flood, text)).await?;
+        self.send_frame(encode_error(ErrorCode::Flood, text))
+            .await?;
         Err(End::Refused {
             code: close::POLICY,
             reason: "flooding",

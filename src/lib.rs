@@ -113,7 +113,10 @@ pub async fn serve(
     token.cancel();
     shared.sockets.close();
     let limit = Duration::from_millis(config.shutdown_timeout_ms);
-    if tokio::time::timeout(limit, shared.sockets.wait()).await.is_err() {
+    if tokio::time::timeout(limit, shared.sockets.wait())
+        .await
+        .is_err()
+    {
         warn!(
             open = shared.sockets.len(),
             "shutdown timeout: some connections did not close in time"

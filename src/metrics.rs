@@ -74,15 +74,27 @@ impl Metrics {
     fn registry(&self) -> &Registry {
         self.registry.get_or_init(|| {
             let mut r = Registry::with_prefix("amble");
-            r.register("connections", "Open WebSocket connections", self.connections.clone());
+            r.register(
+                "connections",
+                "Open WebSocket connections",
+                self.connections.clone(),
+            );
             r.register(
                 "connections_accepted",
                 "WebSocket connections accepted",
                 self.connections_accepted.clone(),
             );
-            r.register("rooms", "Rooms with at least one member", self.rooms.clone());
+            r.register(
+                "rooms",
+                "Rooms with at least one member",
+                self.rooms.clone(),
+            );
             r.register("members", "Members in all rooms", self.members.clone());
-            r.register("moves_received", "Move messages received", self.moves_received.clone());
+            r.register(
+                "moves_received",
+                "Move messages received",
+                self.moves_received.clone(),
+            );
             r.register(
                 "moves_applied",
                 "Moves applied to a room (after throttling and coalescing)",
@@ -93,22 +105,46 @@ impl Metrics {
                 "Moves replaced by a newer one before they were applied",
                 self.moves_coalesced.clone(),
             );
-            r.register("chats_relayed", "Chat messages relayed", self.chats_relayed.clone());
-            r.register("frames_received", "Frames received from clients", self.frames_received.clone());
+            r.register(
+                "chats_relayed",
+                "Chat messages relayed",
+                self.chats_relayed.clone(),
+            );
+            r.register(
+                "frames_received",
+                "Frames received from clients",
+                self.frames_received.clone(),
+            );
             r.register(
                 "bytes_received",
                 "Payload bytes received from clients",
                 self.bytes_received.clone(),
             );
-            r.register("frames_sent", "Frames sent to clients", self.frames_sent.clone());
-            r.register("bytes_sent", "Payload bytes sent to clients", self.bytes_sent.clone());
-            r.register("motion_batches", "Room motion batches encoded", self.batches.clone());
+            r.register(
+                "frames_sent",
+                "Frames sent to clients",
+                self.frames_sent.clone(),
+            );
+            r.register(
+                "bytes_sent",
+                "Payload bytes sent to clients",
+                self.bytes_sent.clone(),
+            );
+            r.register(
+                "motion_batches",
+                "Room motion batches encoded",
+                self.batches.clone(),
+            );
             r.register(
                 "resyncs",
                 "Snapshots sent to receivers that fell behind their room",
                 self.resyncs.clone(),
             );
-            r.register("idle_timeouts", "Connections closed as idle", self.timeouts.clone());
+            r.register(
+                "idle_timeouts",
+                "Connections closed as idle",
+                self.timeouts.clone(),
+            );
             r.register(
                 "rejected",
                 "Client inputs refused, by protocol error code",
@@ -192,9 +228,15 @@ mod tests {
         let text = m.render();
         assert!(text.contains("amble_moves_received_total 1\n"), "{text}");
         assert!(text.contains("amble_bytes_sent_total 12\n"), "{text}");
-        assert!(text.contains("amble_rejected_total{reason=\"invalid_position\"} 2\n"), "{text}");
+        assert!(
+            text.contains("amble_rejected_total{reason=\"invalid_position\"} 2\n"),
+            "{text}"
+        );
         assert!(text.contains("amble_process_cpu_seconds_total "), "{text}");
-        assert!(text.contains("amble_process_resident_memory_bytes "), "{text}");
+        assert!(
+            text.contains("amble_process_resident_memory_bytes "),
+            "{text}"
+        );
         assert_eq!(m.rejected_count(ErrorCode::InvalidPosition), 2);
     }
 }

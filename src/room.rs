@@ -209,7 +209,7 @@ impl Rooms {
             let welcome = encode_server(Body::Welcome(pb::Welcome {
                 member_id: id.0,
                 room: room.to_owned(),
-                limits: Some(self.settings.limits.clone()),
+                limits: Some(self.settings.limits),
                 snapshot: Some(st.snapshot(now_ms)),
             }));
             drop(st);

@@ -35,7 +35,10 @@ pub async fn asset(uri: Uri) -> Response {
             let name = if path == "/" { "index.html" } else { path };
             (
                 [
-                    (header::CONTENT_TYPE, HeaderValue::from_static(content_type(name))),
+                    (
+                        header::CONTENT_TYPE,
+                        HeaderValue::from_static(content_type(name)),
+                    ),
                     (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
                 ],
                 body,

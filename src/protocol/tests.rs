@@ -45,7 +45,10 @@ fn decodes_a_join() {
 fn rejects_bad_names_and_rooms() {
     assert_eq!(code(&join("lobby", "")), ErrorCode::InvalidName);
     assert_eq!(code(&join("lobby", "   ")), ErrorCode::InvalidName);
-    assert_eq!(code(&join("lobby", &"n".repeat(33))), ErrorCode::InvalidName);
+    assert_eq!(
+        code(&join("lobby", &"n".repeat(33))),
+        ErrorCode::InvalidName
+    );
     assert_eq!(code(&join("lobby", "a\u{7}b")), ErrorCode::InvalidName);
     assert_eq!(code(&join("", "Ada")), ErrorCode::InvalidRoom);
     assert_eq!(code(&join(&"r".repeat(33), "Ada")), ErrorCode::InvalidRoom);
@@ -73,9 +76,15 @@ fn decodes_moves_and_checks_bounds() {
     );
     assert_eq!(code(&mv(5_001, 0, None)), ErrorCode::InvalidPosition);
     assert_eq!(code(&mv(0, u32::MAX, None)), ErrorCode::InvalidPosition);
-    assert_eq!(code(&mv(0, 0, Some((9_999, 0, 1)))), ErrorCode::InvalidPosition);
+    assert_eq!(
+        code(&mv(0, 0, Some((9_999, 0, 1)))),
+        ErrorCode::InvalidPosition
+    );
     assert_eq!(code(&mv(0, 0, Some((1, 1, 0)))), ErrorCode::InvalidSpeed);
-    assert_eq!(code(&mv(0, 0, Some((1, 1, 1_001)))), ErrorCode::InvalidSpeed);
+    assert_eq!(
+        code(&mv(0, 0, Some((1, 1, 1_001)))),
+        ErrorCode::InvalidSpeed
+    );
     let no_position = encode_client(C::Move(pb::Move::default()));
     assert_eq!(code(&no_position), ErrorCode::InvalidPosition);
 }
@@ -110,14 +119,20 @@ fn a_one_move_batch_is_seven_bytes() {
     assert_eq!(frame.len(), 8, "{frame:02x?}");
     let msg = pb::ServerMessage::decode(frame).expect("decodes");
     assert_eq!(msg.body, None);
-    assert_eq!(decode_motion(&msg.motion), Ok((1_234_500 / 100 % 128, vec![rec])));
+    assert_eq!(
+        decode_motion(&msg.motion),
+        Ok((1_234_500 / 100 % 128, vec![rec]))
+    );
 }
 
 #[test]
 fn motion_decoding_rejects_truncated_records() {
     assert_eq!(decode_motion(&[]), Err(MotionError::Empty));
     assert_eq!(decode_motion(&[1, 4, 10]), Err(MotionError::Truncated));
-    assert_eq!(decode_motion(&[1, 5, 10, 10, 1]), Err(MotionError::Truncated));
+    assert_eq!(
+        decode_motion(&[1, 5, 10, 10, 1]),
+        Err(MotionError::Truncated)
+    );
     assert_eq!(decode_motion(&[1]), Ok((1, vec![])));
 }
 
@@ -126,10 +141,16 @@ fn resolves_truncated_times_across_the_wrap() {
     let unit = 100;
     // Tick 12_799 (mod 128 = 127) seen when the receiver thinks it is 12_801.
     let t = 12_799 * 100;
-    assert_eq!(resolve_motion_time(motion_time(t, unit), unit, 12_801 * 100), t);
+    assert_eq!(
+        resolve_motion_time(motion_time(t, unit), unit, 12_801 * 100),
+        t
+    );
     // And the other way round: tick 12_801 seen at an estimate of 12_799.
     let t = 12_801 * 100;
-    assert_eq!(resolve_motion_time(motion_time(t, unit), unit, 12_799 * 100), t);
+    assert_eq!(
+        resolve_motion_time(motion_time(t, unit), unit, 12_799 * 100),
+        t
+    );
     assert_eq!(resolve_motion_time(5, unit, 0), 500);
 }
 
@@ -192,23 +213,35 @@ proptest! {
 /// JavaScript codec (web/test/codec.test.js) decodes each and re-encodes it
 /// byte for byte.
 fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
-    fn client(name: &'static str, body: C) -> (&'static str, &'static str, Vec<u8>, serde_json::Value) {
+    fn client(
+        name: &'static str,
+        body: C,
+    ) -> (&'static str, &'static str, Vec<u8>, serde_json::Value) {
         let msg = pb::ClientMessage { body: Some(body) };
         let json = serde_json::to_value(&msg).expect("serialisable");
         (name, "ClientMessage", msg.encode_to_vec(), json)
     }
-    fn server(name: &'static str, msg: pb::ServerMessage) -> (&'static str, &'static str, Vec<u8>, serde_json::Value) {
+    fn server(
+        name: &'static str,
+        msg: pb::ServerMessage,
+    ) -> (&'static str, &'static str, Vec<u8>, serde_json::Value) {
         let json = serde_json::to_value(&msg).expect("serialisable");
         (name, "ServerMessage", msg.encode_to_vec(), json)
     }
     fn body(b: S) -> pb::ServerMessage {
-        pb::ServerMessage { body: Some(b), motion: vec![] }
+        pb::ServerMessage {
+            body: Some(b),
+            motion: vec![],
+        }
     }
     let walker = pb::Member {
         id: 2,
         name: "Bó".into(),
         position: Some(pb::Position { x: 100, y: 4_900 }),
-        walk: Some(pb::Walk { target: Some(pb::Position { x: 2_500, y: 2_500 }), speed: 140 }),
+        walk: Some(pb::Walk {
+            target: Some(pb::Position { x: 2_500, y: 2_500 }),
+            speed: 140,
+        }),
         moved_at_ms: 1_764_600_000_100,
     };
     let stander = pb::Member {
@@ -242,63 +275,138 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         pb::ServerMessage::decode(frame).expect("decodes")
     };
     vec![
-        client("join", C::Join(pb::Join { room: "lobby".into(), name: "Ada Lovelace".into() })),
-        client("join_unicode", C::Join(pb::Join { room: "café-2".replace('é', "e"), name: "Zoë 🌿".into() })),
-        client("move_standing", C::Move(pb::Move {
-            position: Some(pb::Position { x: 1_234, y: 4_321 }),
-            walk: None,
-            seq: 1,
-            client_time_ms: 1_764_600_000_000,
-        })),
-        client("move_walk", C::Move(pb::Move {
-            position: Some(pb::Position { x: 0, y: 5_000 }),
-            walk: Some(pb::Walk { target: Some(pb::Position { x: 5_000, y: 0 }), speed: 1_000 }),
-            seq: 300,
-            client_time_ms: 1_764_600_000_500,
-        })),
-        client("move_at_origin", C::Move(pb::Move {
-            position: Some(pb::Position { x: 0, y: 0 }),
-            walk: None,
-            seq: 0,
-            client_time_ms: 0,
-        })),
-        client("chat", C::Chat(pb::SendChat { text: "hello, room 👋".into() })),
-        client("ping", C::Ping(pb::Ping { client_time_ms: 1_764_600_000_000 })),
+        client(
+            "join",
+            C::Join(pb::Join {
+                room: "lobby".into(),
+                name: "Ada Lovelace".into(),
+            }),
+        ),
+        client(
+            "join_unicode",
+            C::Join(pb::Join {
+                room: "café-2".replace('é', "e"),
+                name: "Zoë 🌿".into(),
+            }),
+        ),
+        client(
+            "move_standing",
+            C::Move(pb::Move {
+                position: Some(pb::Position { x: 1_234, y: 4_321 }),
+                walk: None,
+                seq: 1,
+                client_time_ms: 1_764_600_000_000,
+            }),
+        ),
+        client(
+            "move_walk",
+            C::Move(pb::Move {
+                position: Some(pb::Position { x: 0, y: 5_000 }),
+                walk: Some(pb::Walk {
+                    target: Some(pb::Position { x: 5_000, y: 0 }),
+                    speed: 1_000,
+                }),
+                seq: 300,
+                client_time_ms: 1_764_600_000_500,
+            }),
+        ),
+        client(
+            "move_at_origin",
+            C::Move(pb::Move {
+                position: Some(pb::Position { x: 0, y: 0 }),
+                walk: None,
+                seq: 0,
+                client_time_ms: 0,
+            }),
+        ),
+        client(
+            "chat",
+            C::Chat(pb::SendChat {
+                text: "hello, room 👋".into(),
+            }),
+        ),
+        client(
+            "ping",
+            C::Ping(pb::Ping {
+                client_time_ms: 1_764_600_000_000,
+            }),
+        ),
         client("leave", C::Leave(pb::Leave {})),
-        server("welcome", body(S::Welcome(pb::Welcome {
-            member_id: 2,
-            room: "lobby".into(),
-            limits: Some(limits),
-            snapshot: Some(snapshot.clone()),
-        }))),
-        server("joined", body(S::Joined(pb::Joined { member: Some(walker) }))),
-        server("left", body(S::Left(pb::Left { member_id: 3, reason: LeaveReason::TimedOut as i32 }))),
-        server("chat", body(S::Chat(pb::ChatMessage {
-            member_id: 0,
-            text: "hi 👋".into(),
-            server_time_ms: 1_764_600_000_400,
-        }))),
-        server("pong", body(S::Pong(pb::Pong { client_time_ms: 17, server_time_ms: 1_764_600_000_450 }))),
-        server("error", body(S::Error(pb::Error {
-            code: ErrorCode::RoomFull as i32,
-            message: "room lobby is full (500 members)".into(),
-        }))),
+        server(
+            "welcome",
+            body(S::Welcome(pb::Welcome {
+                member_id: 2,
+                room: "lobby".into(),
+                limits: Some(limits),
+                snapshot: Some(snapshot.clone()),
+            })),
+        ),
+        server(
+            "joined",
+            body(S::Joined(pb::Joined {
+                member: Some(walker),
+            })),
+        ),
+        server(
+            "left",
+            body(S::Left(pb::Left {
+                member_id: 3,
+                reason: LeaveReason::TimedOut as i32,
+            })),
+        ),
+        server(
+            "chat",
+            body(S::Chat(pb::ChatMessage {
+                member_id: 0,
+                text: "hi 👋".into(),
+                server_time_ms: 1_764_600_000_400,
+            })),
+        ),
+        server(
+            "pong",
+            body(S::Pong(pb::Pong {
+                client_time_ms: 17,
+                server_time_ms: 1_764_600_000_450,
+            })),
+        ),
+        server(
+            "error",
+            body(S::Error(pb::Error {
+                code: ErrorCode::RoomFull as i32,
+                message: "room lobby is full (500 members)".into(),
+            })),
+        ),
         server("resync", body(S::Resync(snapshot))),
-        server("motion_one", batch(&[MotionRecord {
-            member: MemberId(3),
-            motion: Motion::standing(Position { x: 2_500, y: 130 }),
-        }])),
-        server("motion_mixed", batch(&[
-            MotionRecord { member: MemberId(0), motion: Motion::standing(Position { x: 5_000, y: 5_000 }) },
-            MotionRecord {
-                member: MemberId(70),
-                motion: Motion {
-                    position: Position { x: 1, y: 2 },
-                    walk: Some(Walk { target: Position { x: 4_000, y: 3_000 }, speed: 140 }),
+        server(
+            "motion_one",
+            batch(&[MotionRecord {
+                member: MemberId(3),
+                motion: Motion::standing(Position { x: 2_500, y: 130 }),
+            }]),
+        ),
+        server(
+            "motion_mixed",
+            batch(&[
+                MotionRecord {
+                    member: MemberId(0),
+                    motion: Motion::standing(Position { x: 5_000, y: 5_000 }),
                 },
-            },
-            MotionRecord { member: MemberId(499), motion: Motion::standing(Position { x: 127, y: 128 }) },
-        ])),
+                MotionRecord {
+                    member: MemberId(70),
+                    motion: Motion {
+                        position: Position { x: 1, y: 2 },
+                        walk: Some(Walk {
+                            target: Position { x: 4_000, y: 3_000 },
+                            speed: 140,
+                        }),
+                    },
+                },
+                MotionRecord {
+                    member: MemberId(499),
+                    motion: Motion::standing(Position { x: 127, y: 128 }),
+                },
+            ]),
+        ),
     ]
 }
 

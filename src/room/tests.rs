@@ -48,13 +48,25 @@ async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
     let Some(Body::Welcome(w)) = decode(&bo.take_welcome().expect("welcome")).body else {
         panic!("not a welcome")
     };
-    let names: Vec<_> = w.snapshot.expect("snapshot").members.into_iter().map(|m| m.name).collect();
+    let names: Vec<_> = w
+        .snapshot
+        .expect("snapshot")
+        .members
+        .into_iter()
+        .map(|m| m.name)
+        .collect();
     assert_eq!(names, ["Ada", "Bo"]);
     match next(&mut ada).await.body {
         Some(Body::Joined(j)) => assert_eq!(j.member.expect("member").name, "Bo"),
         other => panic!("{other:?}"),
     }
-    assert_eq!(rooms.list(), [RoomInfo { name: "lobby".into(), members: 2 }]);
+    assert_eq!(
+        rooms.list(),
+        [RoomInfo {
+            name: "lobby".into(),
+            members: 2
+        }]
+    );
 
     bo.leave(LeaveReason::Left);
     match next(&mut ada).await.body {
@@ -84,7 +96,10 @@ async fn a_full_room_refuses() {
     let _b = rooms.join("r", "b".into()).expect("joins");
     assert_eq!(
         rooms.join("r", "c".into()).err(),
-        Some(JoinError::RoomFull { room: "r".into(), capacity: 2 })
+        Some(JoinError::RoomFull {
+            room: "r".into(),
+            capacity: 2
+        })
     );
     assert!(rooms.join("other", "c".into()).is_ok());
 }
@@ -107,15 +122,25 @@ async fn one_batch_per_tick_with_the_newest_move_of_each_member() {
     assert_eq!(
         records,
         [
-            MotionRecord { member: a.id(), motion: at(3) },
-            MotionRecord { member: b.id(), motion: at(2) },
+            MotionRecord {
+                member: a.id(),
+                motion: at(3)
+            },
+            MotionRecord {
+                member: b.id(),
+                motion: at(2)
+            },
         ]
     );
     assert_eq!(rooms.metrics.moves_coalesced.get(), 1);
     assert_eq!(rooms.metrics.moves_applied.get(), 2);
     // Nothing pending: no frame on the next tick.
     rooms.flush_all(1_000_100);
-    assert!(tokio::time::timeout(Duration::from_millis(20), watcher.recv()).await.is_err());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(20), watcher.recv())
+            .await
+            .is_err()
+    );
 }
 
 #[tokio::test]
@@ -126,7 +151,13 @@ async fn a_zero_tick_sends_each_move_at_once() {
     next(&mut watcher).await;
     a.submit(at(7));
     let (_, records) = decode_motion(&next(&mut watcher).await.motion).expect("batch");
-    assert_eq!(records, [MotionRecord { member: a.id(), motion: at(7) }]);
+    assert_eq!(
+        records,
+        [MotionRecord {
+            member: a.id(),
+            motion: at(7)
+        }]
+    );
 }
 
 #[tokio::test]
@@ -142,7 +173,11 @@ async fn a_lagging_member_resyncs_from_a_fresh_snapshot() {
     let Some(Body::Resync(s)) = decode(&slow.resync()).body else {
         panic!("not a resync")
     };
-    let a_now = s.members.iter().find(|m| m.id == a.id().0).expect("a in snapshot");
+    let a_now = s
+        .members
+        .iter()
+        .find(|m| m.id == a.id().0)
+        .expect("a in snapshot");
     assert_eq!(a_now.position, Some(pb::Position { x: 39, y: 0 }));
     // The new subscription starts after the snapshot.
     a.submit(at(99));

@@ -1,0 +1,183 @@
+//! Join, snapshot, Joined/Left, chat, ping, idle timeout, shutdown, HTTP.
+
+use amble::protocol::pb::{
+    self, LeaveReason, client_message::Body as C, server_message::Body as S,
+};
+
+use crate::support::*;
+
+fn left(m: &pb::ServerMessage) -> Option<(u32, i32)> {
+    match &m.body {
+        Some(S::Left(l)) => Some((l.member_id, l.reason)),
+        _ => None,
+    }
+}
+
+#[tokio::test]
+async fn join_snapshot_joined_and_left() {
+    let server = TestServer::start().await;
+    let (mut ada, w) = server.joined("lobby", "Ada").await;
+    assert_eq!((w.member_id, w.room.as_str()), (0, "lobby"));
+    let limits = w.limits.expect("limits");
+    assert_eq!(
+        (limits.tick_ms, limits.move_interval_ms, limits.world_width),
+        (100, 1_000, 5_000)
+    );
+    assert!(limits.max_message_bytes >= 1_024);
+    let snapshot = w.snapshot.expect("snapshot");
+    assert!(
+        snapshot.server_time_ms > 1_700_000_000_000,
+        "server time is epoch ms"
+    );
+
+    ada.send_move(100, 200, 1).await;
+    ada.next_motion().await; // Ada's own move applied
+
+    let (mut bo, w) = server.joined("lobby", "Bo").await;
+    assert_eq!(w.member_id, 1);
+    let members = w.snapshot.expect("snapshot").members;
+    assert_eq!(members.len(), 2);
+    let ada_seen = members
+        .iter()
+        .find(|m| m.name == "Ada")
+        .expect("Ada in snapshot");
+    assert_eq!(
+        ada_seen.position,
+        Some(pb::Position { x: 100, y: 200 }),
+        "last known position"
+    );
+
+    let joined = ada
+        .until(|m| match &m.body {
+            Some(S::Joined(j)) => j.member.clone(),
+            _ => None,
+        })
+        .await;
+    assert_eq!((joined.id, joined.name.as_str()), (1, "Bo"));
+
+    // Leave: the connection stays open and may join again.
+    bo.send(C::Leave(pb::Leave {})).await;
+    assert_eq!(ada.until(left).await, (1, LeaveReason::Left as i32));
+    let w = bo.join("lobby", "Bo again").await;
+    assert_eq!(w.member_id, 1);
+    ada.until(|m| matches!(m.body, Some(S::Joined(_))).then_some(()))
+        .await;
+
+    // Disconnect without a word: the others see DISCONNECTED.
+    drop(bo);
+    assert_eq!(ada.until(left).await, (1, LeaveReason::Disconnected as i32));
+}
+
+#[tokio::test]
+async fn rooms_are_separate_and_listed() {
+    let server = TestServer::start().await;
+    let (_a, _) = server.joined("alpha", "a").await;
+    let (_b, _) = server.joined("alpha", "b").await;
+    let (c, _) = server.joined("beta", "c").await;
+    let (status, body) = server.get("/api/rooms").await;
+    assert!(status.contains("200"), "{status}");
+    let json: serde_json::Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(
+        json,
+        serde_json::json!({"rooms": [{"name": "alpha", "members": 2}, {"name": "beta", "members": 1}]})
+    );
+    // Leave, then Ping: the connection handles them in order, so the
+    // Pong proves the Leave was applied.
+    let mut c = c;
+    c.send(C::Leave(pb::Leave {})).await;
+    c.ping().await;
+    let (_, body) = server.get("/api/rooms").await;
+    assert!(!body.contains("beta"), "an empty room is removed: {body}");
+    server.stop().await.expect("clean exit");
+}
+
+#[tokio::test]
+async fn chat_is_relayed_with_sender_and_time() {
+    let server = TestServer::start().await;
+    let (mut ada, _) = server.joined("lobby", "Ada").await;
+    let (mut bo, w) = server.joined("lobby", "Bo").await;
+    bo.send(C::Chat(pb::SendChat {
+        text: "hello 👋".into(),
+    }))
+    .await;
+    for client in [&mut ada, &mut bo] {
+        let chat = client
+            .until(|m| match &m.body {
+                Some(S::Chat(c)) => Some(c.clone()),
+                _ => None,
+            })
+            .await;
+        assert_eq!(
+            (chat.member_id, chat.text.as_str()),
+            (w.member_id, "hello 👋")
+        );
+        assert!(chat.server_time_ms > 0);
+    }
+}
+
+#[tokio::test]
+async fn ping_returns_server_time() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    c.send(C::Ping(pb::Ping { client_time_ms: 7 })).await;
+    match c.recv().await.body {
+        Some(S::Pong(p)) => {
+            assert_eq!(p.client_time_ms, 7);
+            assert!(p.server_time_ms > 1_700_000_000_000);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_idle_connection_times_out_and_the_room_is_told() {
+    let server = TestServer::with(config(|c| {
+        c.idle_timeout_ms = 3_000;
+        c.ping_interval_ms = 1_000;
+    }))
+    .await;
+    let (mut watcher, _) = server.joined("lobby", "watcher").await;
+    let (silent, w) = server.joined("lobby", "silent").await;
+    // `silent` never reads again, so it never answers the server's pings.
+    // `watcher` keeps answering (its reads reply to pings).
+    let (id, reason) = watcher.until(left).await;
+    assert_eq!((id, reason), (w.member_id, LeaveReason::TimedOut as i32));
+    assert_eq!(server.metric("amble_idle_timeouts_total").await, 1.0);
+    drop(silent);
+}
+
+#[tokio::test]
+async fn shutdown_closes_every_socket_with_1001() {
+    let mut server = TestServer::start().await;
+    let (mut a, _) = server.joined("lobby", "a").await;
+    let (mut b, _) = server.joined("lobby", "b").await;
+    let mut idle = server.client().await;
+    server.trigger_stop();
+    for c in [&mut a, &mut b, &mut idle] {
+        assert_eq!(c.expect_close().await, 1001);
+    }
+    server.stopped().await.expect("clean exit");
+}
+
+#[tokio::test]
+async fn health_metrics_and_not_found() {
+    let server = TestServer::start().await;
+    let (status, body) = server.get("/healthz").await;
+    assert!(status.contains("200") && body.contains("ok"));
+    let (status, _) = server.get("/no/such/page").await;
+    assert!(status.contains("404"), "{status}");
+
+    let (mut a, _) = server.joined("lobby", "a").await;
+    let (_b, _) = server.joined("lobby", "b").await;
+    a.send_move(1, 2, 1).await;
+    a.next_motion().await;
+    assert_eq!(server.metric("amble_connections").await, 2.0);
+    assert_eq!(server.metric("amble_rooms").await, 1.0);
+    assert_eq!(server.metric("amble_members").await, 2.0);
+    assert_eq!(server.metric("amble_moves_received_total").await, 1.0);
+    assert_eq!(server.metric("amble_moves_applied_total").await, 1.0);
+    assert!(server.metric("amble_frames_sent_total").await >= 4.0);
+    assert!(server.metric("amble_bytes_sent_total").await > 0.0);
+    assert!(server.metric("amble_process_cpu_seconds_total").await > 0.0);
+    assert!(server.metric("amble_process_resident_memory_bytes").await > 1e6);
+}

@@ -1,0 +1,7 @@
+//! Integration tests: the real server on 127.0.0.1:0, real WebSocket
+//! clients (tokio-tungstenite). Every wait goes through a timeout.
+
+mod bad_input;
+mod lifecycle;
+mod movement;
+mod support;

@@ -1,0 +1,203 @@
+//! Move fan-out, tick batching, the throttle, flooding, slow receivers.
+
+use std::time::Duration;
+
+use amble::protocol::pb::{
+    self, LeaveReason, client_message::Body as C, server_message::Body as S,
+};
+use amble::protocol::{MemberId, Motion, Position, Walk, move_body};
+
+use crate::support::*;
+
+#[tokio::test]
+async fn a_move_reaches_every_other_member_and_echoes_once() {
+    let server = TestServer::start().await;
+    let (mut mover, w) = server.joined("lobby", "mover").await;
+    let me = MemberId(w.member_id);
+    let mut others = Vec::new();
+    for i in 0..5 {
+        others.push(server.joined("lobby", &format!("o{i}")).await.0);
+    }
+    let walk = Motion {
+        position: Position { x: 10, y: 20 },
+        walk: Some(Walk {
+            target: Position { x: 3_000, y: 40 },
+            speed: 140,
+        }),
+    };
+    mover.send(move_body(walk, 1, 0)).await;
+    for o in &mut others {
+        let records = o.next_motion().await;
+        assert_eq!(records.len(), 1);
+        assert_eq!((records[0].member, records[0].motion), (me, walk));
+    }
+    // The sender sees its applied move once: the confirmation.
+    let echo = mover.next_motion().await;
+    assert_eq!(echo.iter().filter(|r| r.member == me).count(), 1);
+    // And nothing more: the next thing it sees is the Pong.
+    mover.send(C::Ping(pb::Ping { client_time_ms: 1 })).await;
+    assert!(matches!(mover.recv().await.body, Some(S::Pong(_))));
+}
+
+#[tokio::test(start_paused = true)]
+async fn many_movers_in_one_tick_make_one_frame() {
+    let server = TestServer::start().await;
+    let (mut watcher, _) = server.joined("lobby", "watcher").await;
+    let mut movers = Vec::new();
+    for i in 0..20 {
+        movers.push(server.joined("lobby", &format!("m{i}")).await);
+    }
+    for _ in 0..20 {
+        watcher
+            .until(|m| matches!(m.body, Some(S::Joined(_))).then_some(()))
+            .await;
+    }
+    // Paused time: the clock stands still while the moves are sent, so all
+    // of them land in the same tick.
+    for (i, (m, _)) in movers.iter_mut().enumerate() {
+        m.send_move(100 + i as u32, 100, 1).await;
+    }
+    let frame = watcher.recv().await;
+    let records = amble::protocol::decode_motion(&frame.motion)
+        .expect("a motion batch")
+        .1;
+    assert_eq!(
+        records.len(),
+        20,
+        "one frame carries every move of the tick"
+    );
+    assert_eq!(server.metric("amble_motion_batches_total").await, 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_throttle_keeps_the_newest_move() {
+    let server = TestServer::with(config(|c| {
+        c.move_interval_ms = 1_000;
+        c.move_burst = 1;
+    }))
+    .await;
+    let (mut watcher, _) = server.joined("lobby", "watcher").await;
+    let (mut mover, _) = server.joined("lobby", "mover").await;
+    watcher
+        .until(|m| matches!(m.body, Some(S::Joined(_))).then_some(()))
+        .await;
+    let t0 = tokio::time::Instant::now();
+    mover.send_move(1, 1, 1).await; // applied at the next tick
+    mover.send_move(2, 2, 2).await; // over budget: held...
+    mover.send_move(3, 3, 3).await; // ...and replaced by this one
+    let first = watcher.next_motion().await;
+    assert_eq!(first[0].motion.position, Position { x: 1, y: 1 });
+    let second = watcher.next_motion().await;
+    assert_eq!(
+        second[0].motion.position,
+        Position { x: 3, y: 3 },
+        "newest wins, (2, 2) never sent"
+    );
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1_000),
+        "applied when the budget allowed"
+    );
+    assert_eq!(server.metric("amble_moves_received_total").await, 3.0);
+    assert_eq!(server.metric("amble_moves_applied_total").await, 2.0);
+    assert_eq!(server.metric("amble_moves_coalesced_total").await, 1.0);
+}
+
+#[tokio::test]
+async fn a_flood_is_closed_with_1008_and_the_room_told() {
+    let server = TestServer::start().await;
+    let (mut watcher, _) = server.joined("lobby", "watcher").await;
+    let (mut flooder, w) = server.joined("lobby", "flooder").await;
+    for i in 0..200 {
+        flooder.send_move(i, i, i).await;
+    }
+    flooder
+        .until(|m| match &m.body {
+            Some(S::Error(e)) if e.code == pb::ErrorCode::Flood as i32 => Some(()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(flooder.expect_close().await, 1008);
+    let gone = watcher
+        .until(|m| match &m.body {
+            Some(S::Left(l)) => Some((l.member_id, l.reason)),
+            _ => None,
+        })
+        .await;
+    assert_eq!(gone, (w.member_id, LeaveReason::Kicked as i32));
+    assert_eq!(
+        server
+            .metric("amble_rejected_total{reason=\"flood\"}")
+            .await,
+        1.0
+    );
+    watcher.ping().await;
+}
+
+#[tokio::test]
+async fn a_slow_receiver_resyncs_and_the_others_are_unaffected() {
+    let server = TestServer::with(config(|c| {
+        c.room_buffer = 4;
+        c.socket_send_buffer = 4_096;
+        c.chat_interval_ms = 1;
+        c.chat_burst = 10_000;
+    }))
+    .await;
+    // The slow client asks for a tiny receive window and then stops reading.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
+    let tcp = within("connect", socket.connect(server.addr))
+        .await
+        .expect("connect");
+    let (ws, _) = within(
+        "handshake",
+        tokio_tungstenite::client_async(
+            format!("ws://{}/ws", server.addr),
+            tokio_tungstenite::MaybeTlsStream::Plain(tcp),
+        ),
+    )
+    .await
+    .expect("handshake");
+    let mut slow = Client::from_stream(ws);
+    let slow_welcome = slow.join("lobby", "slow").await;
+
+    let (mut talker, _) = server.joined("lobby", "talker").await;
+    let (mut fast, _) = server.joined("lobby", "fast").await;
+    let text = "x".repeat(270);
+    let total = 400;
+    for i in 0..total {
+        talker
+            .send(C::Chat(pb::SendChat {
+                text: format!("{i} {text}"),
+            }))
+            .await;
+        // The fast reader keeps up, in order, whatever the slow one does.
+        let got = fast
+            .until(|m| match &m.body {
+                Some(S::Chat(c)) => Some(c.text.clone()),
+                _ => None,
+            })
+            .await;
+        assert!(
+            got.starts_with(&format!("{i} ")),
+            "fast reader saw {got:.10} for {i}"
+        );
+    }
+    // The slow reader reads again: it gets a Resync, then live frames.
+    let resync = slow
+        .until(|m| match &m.body {
+            Some(S::Resync(s)) => Some(s.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(resync.members.len(), 3);
+    assert!(
+        resync
+            .members
+            .iter()
+            .any(|m| m.id == slow_welcome.member_id)
+    );
+    talker.send_move(77, 77, 1).await;
+    let records = slow.next_motion().await;
+    assert_eq!(records[0].motion.position, Position { x: 77, y: 77 });
+    assert!(server.metric("amble_resyncs_total").await >= 1.0);
+}
