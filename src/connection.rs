@@ -123,6 +123,17 @@ pub async fn run(
     if matches!(end, End::Idle) {
         shared.metrics.timeouts.inc();
     }
+    if matches!(end, End::Shutdown) {
+        let notice = encode_error(
+            ErrorCode::ShuttingDown,
+            "the server is shutting down: reconnect later",
+        );
+        let _ = timeout(
+            Duration::from_secs(1),
+            conn.socket.send(Message::Binary(notice)),
+        )
+        .await;
+    }
     if let Some((code, reason)) = end.close_frame() {
         conn.close(code, reason).await;
     }

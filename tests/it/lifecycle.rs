@@ -154,6 +154,11 @@ async fn shutdown_closes_every_socket_with_1001() {
     let mut idle = server.client().await;
     server.trigger_stop();
     for c in [&mut a, &mut b, &mut idle] {
+        c.until(|m| match &m.body {
+            Some(S::Error(e)) if e.code == pb::ErrorCode::ShuttingDown as i32 => Some(()),
+            _ => None,
+        })
+        .await;
         assert_eq!(c.expect_close().await, 1001);
     }
     server.stopped().await.expect("clean exit");

@@ -2,6 +2,7 @@
 //! clients (tokio-tungstenite). Every wait goes through a timeout.
 
 mod bad_input;
+mod binary;
 mod lifecycle;
 mod movement;
 mod support;

@@ -1,0 +1,57 @@
+//! The `amble` binary itself: it reports its address and stops cleanly on
+//! SIGTERM (what Docker sends) and SIGINT.
+
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::Command;
+
+use crate::support::*;
+
+async fn stops_on(signal: &str) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_amble"))
+        .args(["--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn amble");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let addr = within("the listening line", async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            if let Some(rest) = line.split("addr=").nth(1) {
+                return rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
+            }
+        }
+        panic!("amble exited without reporting its address");
+    })
+    .await;
+    let mut client = Client::connect(&format!("ws://{addr}/ws")).await;
+    client.join("lobby", "someone").await;
+
+    let pid = child.id().expect("pid").to_string();
+    let status = Command::new("kill")
+        .args([signal, &pid])
+        .status()
+        .await
+        .expect("kill");
+    assert!(status.success());
+    assert_eq!(client.expect_close().await, 1001);
+    let exit = within("amble to exit", child.wait()).await.expect("wait");
+    assert!(exit.success(), "exit status {exit}");
+}
+
+#[tokio::test]
+async fn sigterm_closes_clients_with_1001_and_exits_0() {
+    stops_on("-TERM").await;
+}
+
+#[tokio::test]
+async fn sigint_does_too() {
+    stops_on("-INT").await;
+}
