@@ -7,14 +7,17 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use std::net::SocketAddr;
+
 use axum::extract::ws::WebSocketUpgrade;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tracing::Instrument as _;
 
 use crate::clock::Clock;
 use crate::config::Config;
@@ -53,7 +56,11 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
-async fn upgrade(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Response {
+async fn upgrade(
+    State(shared): State<Arc<Shared>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    ws: WebSocketUpgrade,
+) -> Response {
     let max = shared.config.max_message_bytes as usize;
     // tungstenite's own cap is a backstop well above ours, so an oversized
     // frame is read and refused with a clear 1009 rather than a torn socket.
@@ -69,12 +76,21 @@ async fn upgrade(State(shared): State<Arc<Shared>>, ws: WebSocketUpgrade) -> Res
         .max_message_size(hard_cap)
         .max_frame_size(hard_cap)
         .on_upgrade(move |socket| {
-            tracker.track_future(async move {
-                match permit {
-                    Some(permit) => connection::run(socket, shared, permit).await,
-                    None => connection::refuse(socket, shared).await,
+            let span = tracing::debug_span!(
+                "conn",
+                %peer,
+                room = tracing::field::Empty,
+                member = tracing::field::Empty
+            );
+            tracker.track_future(
+                async move {
+                    match permit {
+                        Some(permit) => connection::run(socket, shared, permit).await,
+                        None => connection::refuse(socket, shared).await,
+                    }
                 }
-            })
+                .instrument(span),
+            )
         })
 }
 

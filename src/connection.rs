@@ -284,7 +284,10 @@ impl Connection {
                 }
                 match self.shared.rooms.join(&room, name) {
                     Ok(mut m) => {
-                        debug!(room, id = m.id().0, "joined");
+                        tracing::Span::current()
+                            .record("room", room.as_str())
+                            .record("member", m.id().0);
+                        debug!("joined");
                         let welcome = m.take_welcome();
                         self.membership = Some(m);
                         match welcome {

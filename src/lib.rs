@@ -100,7 +100,9 @@ pub async fn serve(
     });
     let stop = token.clone();
     let rooms_at_stop = Arc::clone(&rooms);
-    axum::serve(listener, app::router(Arc::clone(&shared)))
+    let app = app::router(Arc::clone(&shared))
+        .into_make_service_with_connect_info::<std::net::SocketAddr>();
+    axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
             info!("shutting down: closing every connection with 1001");
