@@ -30,7 +30,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut table = String::from("&[\n");
     for (rel, abs) in &files {
         println!("cargo:rerun-if-changed={}", abs.display());
-        table.push_str(&format!("    ({rel:?}, include_bytes!({:?})),\n", abs.display().to_string()));
+        table.push_str(&format!(
+            "    ({rel:?}, include_bytes!({:?})),\n",
+            abs.display().to_string()
+        ));
     }
     table.push_str("]\n");
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("web_assets.rs");

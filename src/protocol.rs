@@ -188,16 +188,22 @@ fn validate_position(pos: Option<pb::Position>, rules: &Rules) -> Result<Positio
     Ok(Position { x: pos.x, y: pos.y })
 }
 
+/// The rule shared by names and chat: not blank, at most `max_chars`
+/// characters, no control characters.
+fn check_text(text: &str, max_chars: usize) -> Result<(), &'static str> {
+    if text.trim().is_empty() {
+        Err("empty")
+    } else if text.chars().count() > max_chars {
+        Err("too long")
+    } else if text.chars().any(char::is_control) {
+        Err("control characters")
+    } else {
+        Ok(())
+    }
+}
+
 fn validate_name(name: String, rules: &Rules) -> Result<String, DecodeError> {
-    if name.trim().is_empty() {
-        return Err(DecodeError::InvalidName("empty"));
-    }
-    if name.chars().count() > rules.max_name_chars {
-        return Err(DecodeError::InvalidName("too long"));
-    }
-    if name.chars().any(char::is_control) {
-        return Err(DecodeError::InvalidName("control characters"));
-    }
+    check_text(&name, rules.max_name_chars).map_err(DecodeError::InvalidName)?;
     Ok(name)
 }
 
@@ -220,15 +226,7 @@ fn validate_room(room: String, rules: &Rules) -> Result<String, DecodeError> {
 }
 
 fn validate_chat(text: String, rules: &Rules) -> Result<String, DecodeError> {
-    if text.trim().is_empty() {
-        return Err(DecodeError::InvalidChat("empty"));
-    }
-    if text.chars().count() > rules.max_chat_chars {
-        return Err(DecodeError::InvalidChat("too long"));
-    }
-    if text.chars().any(char::is_control) {
-        return Err(DecodeError::InvalidChat("control characters"));
-    }
+    check_text(&text, rules.max_chat_chars).map_err(DecodeError::InvalidChat)?;
     Ok(text)
 }
 
