@@ -1,0 +1,21 @@
+# amble: the server (and the load tester) in a small Debian image.
+#   docker build -t amble .
+#   docker run --rm -p 3000:3000 amble
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+RUN cargo build --release --locked --bin amble --bin loadtest
+
+FROM debian:bookworm-slim
+COPY --from=build /src/target/release/amble /usr/local/bin/amble
+COPY --from=build /src/target/release/loadtest /usr/local/bin/loadtest
+# Inside a container, listen on every interface; publish the port to choose who can reach it.
+ENV AMBLE_LISTEN=0.0.0.0:3000 \
+    RUST_LOG=info
+EXPOSE 3000
+USER nobody
+# Docker stops containers with SIGTERM: amble closes every socket with 1001 and exits.
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
+  CMD ["bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/3000 && printf 'GET /healthz HTTP/1.0\\r\\n\\r\\n' >&3 && grep -q '^ok' <&3"]
+ENTRYPOINT ["amble"]
