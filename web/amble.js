@@ -1,0 +1,865 @@
+// amble client library: connect to an amble server, join a room, see its
+// members move, move yourself, chat. An ES module with no dependencies
+// beyond its two siblings (codec.js: the wire format; member.js: the motion
+// model). docs/client.md documents it.
+//
+// World units are centimetres (integers on the wire) and times are server
+// time in milliseconds since the Unix epoch, as in the protocol. Every
+// clock, timer, random source and the WebSocket class can be injected, so
+// the library runs, deterministically, under Node's test runner.
+
+import {
+  ErrorCode,
+  LeaveReason,
+  MotionError,
+  SUBPROTOCOL,
+  checkPosition,
+  checkSpeed,
+  decodeServerMessage,
+  encodeClientMessage,
+  motionRecordLength,
+  resolveMotionTime,
+  websocketHeaderBytes,
+} from './codec.js';
+import { DEFAULT_TUNING, Member } from './member.js';
+
+export { ErrorCode, LeaveReason, Member, SUBPROTOCOL };
+
+/** Connection states, in `client.state` and the `state` event. */
+export const State = Object.freeze({
+  IDLE: 'idle', // not connected yet
+  CONNECTING: 'connecting', // WebSocket opening
+  OPEN: 'open', // connected, in no room
+  JOINING: 'joining', // Join sent, waiting for Welcome
+  JOINED: 'joined', // in a room
+  RECONNECTING: 'reconnecting', // lost the connection, waiting to retry
+  CLOSED: 'closed', // closed for good (close() or a refusal not worth retrying)
+});
+
+/** Reconnect backoff: delay = min(max, initial * factor^attempt), minus up to `jitter` of it. */
+export const DEFAULT_RECONNECT = Object.freeze({
+  initialDelayMs: 500,
+  maxDelayMs: 15_000,
+  factor: 2,
+  jitter: 0.5,
+});
+
+/**
+ * The delay before reconnect attempt `attempt` (0 for the first retry):
+ * exponential up to `maxDelayMs`, then scaled by a random factor in
+ * (1 - jitter, 1] so that many clients dropped at once do not return at once.
+ */
+export function backoffDelay(attempt, policy = DEFAULT_RECONNECT, random = Math.random) {
+  const base = Math.min(policy.maxDelayMs, policy.initialDelayMs * policy.factor ** attempt);
+  return Math.round(base * (1 - policy.jitter * random()));
+}
+
+/** Limits assumed until the server's Welcome says otherwise (the server defaults). */
+export const DEFAULT_LIMITS = Object.freeze({
+  moveIntervalMs: 1000,
+  moveBurst: 2,
+  tickMs: 100,
+  motionTimeUnitMs: 100,
+  worldWidth: 5000,
+  worldHeight: 5000,
+  maxSpeed: 1000,
+  maxMessageBytes: 4096,
+  maxNameChars: 32,
+  maxChatChars: 280,
+  roomCapacity: 500,
+  chatIntervalMs: 2000,
+  chatBurst: 5,
+});
+
+/** Added to the render delay for network jitter (ms). */
+const JITTER_MARGIN_MS = 100;
+
+/** Slack on the client's own pacing, so it never runs ahead of the server's bucket. */
+const PACING_SLACK_MS = 10;
+
+/**
+ * Estimates server time from Ping/Pong: of the last few samples, the one
+ * with the lowest round trip gives the offset (server time at arrival =
+ * its server time + half the round trip).
+ */
+export class ServerClock {
+  constructor({ window = 8 } = {}) {
+    this.window = window;
+    this.samples = [];
+    /** Server time minus local time (ms); null until first known. */
+    this.offsetMs = null;
+    /** Round trip of the newest Pong (ms); null until the first. */
+    this.rttMs = null;
+  }
+
+  /** A rough offset (e.g. from a Welcome's snapshot time), kept until a Pong comes. */
+  rough(serverTimeMs, localMs) {
+    if (this.samples.length === 0) this.offsetMs = serverTimeMs - localMs;
+  }
+
+  /** Adds a Pong that answered a Ping sent at local `sentMs`, received at `localMs`. */
+  sample(sentMs, serverTimeMs, localMs) {
+    const rtt = Math.max(0, localMs - sentMs);
+    this.rttMs = rtt;
+    this.samples.push({ rtt, offset: serverTimeMs + rtt / 2 - localMs });
+    if (this.samples.length > this.window) this.samples.shift();
+    let best = this.samples[0];
+    for (const s of this.samples) if (s.rtt < best.rtt) best = s;
+    this.offsetMs = best.offset;
+    return rtt;
+  }
+
+  /** Server time now, given local time `localMs`; null when unknown. */
+  now(localMs) {
+    return this.offsetMs === null ? null : localMs + this.offsetMs;
+  }
+
+  reset() {
+    this.samples.length = 0;
+    this.offsetMs = null;
+    this.rttMs = null;
+  }
+}
+
+// ------------------------------------------------------------------ checks
+
+const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
+const ROOM = /^[A-Za-z0-9_.-]+$/;
+
+/** Why `name` would be refused (INVALID_NAME), or null when it is fine. */
+export function nameProblem(name, maxChars = DEFAULT_LIMITS.maxNameChars) {
+  if (typeof name !== 'string' || name.trim() === '') return 'a name is needed';
+  if ([...name].length > maxChars) return `at most ${maxChars} characters`;
+  if (CONTROL.test(name)) return 'no control characters';
+  return null;
+}
+
+/** Why `room` would be refused (INVALID_ROOM), or null when it is fine. */
+export function roomProblem(room, maxChars = 32) {
+  if (typeof room !== 'string' || room === '') return 'a room name is needed';
+  if (room.length > maxChars) return `at most ${maxChars} characters`;
+  if (!ROOM.test(room)) return "only letters, digits, '_', '-' and '.'";
+  return null;
+}
+
+/** Why chat `text` would be refused (INVALID_CHAT), or null when it is fine. */
+export function chatProblem(text, maxChars = DEFAULT_LIMITS.maxChatChars) {
+  if (typeof text !== 'string' || text.trim() === '') return 'the message is empty';
+  if ([...text].length > maxChars) return `at most ${maxChars} characters`;
+  if (CONTROL.test(text)) return 'no control characters';
+  return null;
+}
+
+/** A sentence for a person about an Error code from the server. */
+export function explainError(code, serverMessage = '') {
+  switch (code) {
+    case ErrorCode.ROOM_FULL:
+      return 'This room is full. Try another room, or come back in a while.';
+    case ErrorCode.INVALID_NAME:
+      return `That name can't be used${serverMessage ? ` (${serverMessage})` : ''}.`;
+    case ErrorCode.INVALID_ROOM:
+      return `That room name can't be used${serverMessage ? ` (${serverMessage})` : ''}.`;
+    case ErrorCode.FLOOD:
+      return 'The server disconnected you for sending too many messages.';
+    case ErrorCode.SERVER_FULL:
+      return 'The server is full right now.';
+    case ErrorCode.SHUTTING_DOWN:
+      return 'The server is restarting.';
+    case ErrorCode.RATE_LIMITED:
+      return 'You are chatting too fast: that message was dropped.';
+    case ErrorCode.INVALID_CHAT:
+      return `That message can't be sent${serverMessage ? ` (${serverMessage})` : ''}.`;
+    case ErrorCode.TOO_BIG:
+      return 'A message was too big for the server.';
+    default:
+      return serverMessage || `Server error ${code}.`;
+  }
+}
+
+/** Error codes that refuse a Join; the socket stays open. */
+const REFUSALS = new Set([ErrorCode.ROOM_FULL, ErrorCode.INVALID_NAME, ErrorCode.INVALID_ROOM]);
+
+/** Close codes after which retrying would only repeat the offence. */
+const NO_RETRY_CLOSE_CODES = new Set([1003, 1007, 1008, 1009]);
+const NO_RETRY_ERRORS = new Set([
+  ErrorCode.FLOOD,
+  ErrorCode.MALFORMED,
+  ErrorCode.TOO_BIG,
+  ErrorCode.TEXT_FRAME,
+]);
+
+function defaultReportError(err) {
+  if (typeof globalThis.reportError === 'function') globalThis.reportError(err);
+  else
+    queueMicrotask(() => {
+      throw err;
+    });
+}
+
+function defaultUrl() {
+  const loc = globalThis.location;
+  if (!loc) throw new TypeError('AmbleClient needs options.url outside a browser');
+  return `${loc.protocol === 'https:' ? 'wss' : 'ws'}://${loc.host}/ws`;
+}
+
+// ------------------------------------------------------------------ client
+
+/**
+ * One connection to an amble server, in at most one room at a time.
+ *
+ * Events (`client.on(type, fn)` returns a function that unsubscribes):
+ * - `state` (state, previous)
+ * - `welcome` ({ room, me, members, limits, rejoined }) — joined a room
+ * - `joined` (member) — someone else came in
+ * - `left` (member, reason) — someone left (reason: LeaveReason)
+ * - `moved` (member) — a motion update for someone else
+ * - `chat` ({ member, memberId, text, serverTimeMs }) — member may be null
+ * - `resync` (members) — the member list was replaced by a snapshot
+ * - `pong` (rttMs)
+ * - `error` ({ code, message, text, refused }) — Error from the server
+ * - `closed` ({ code, reason, error, willReconnect, retryInMs, text })
+ */
+export class AmbleClient {
+  constructor(options = {}) {
+    this.url = options.url ?? defaultUrl();
+    this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    this.now = options.now ?? (() => performance.now());
+    this.random = options.random ?? Math.random;
+    this.setTimer = options.setTimeout ?? ((fn, ms) => setTimeout(fn, ms));
+    this.clearTimer = options.clearTimeout ?? ((id) => clearTimeout(id));
+    /** Where exceptions thrown by event handlers go (the browser's reportError by default). */
+    this.reportError = options.reportError ?? defaultReportError;
+    this.reconnect =
+      options.reconnect === false ? null : { ...DEFAULT_RECONNECT, ...(options.reconnect ?? {}) };
+    this.pingIntervalMs = options.pingIntervalMs ?? 2000;
+    /** Walk speed (cm/s) for walkTo when none is given; capped at limits.maxSpeed. */
+    this.walkSpeed = options.walkSpeed ?? 300;
+    this.renderDelayOption = options.renderDelayMs ?? null;
+    /** Shared by every member: read on each positionAt. */
+    this.tuning = {
+      ...DEFAULT_TUNING,
+      ...(options.maxExtrapolationMs !== undefined && { maxExtrapolationMs: options.maxExtrapolationMs }),
+      ...(options.easeMs !== undefined && { easeMs: options.easeMs }),
+    };
+    this.limits = { ...DEFAULT_LIMITS };
+    this.renderDelayMs = this.renderDelayOption ?? defaultRenderDelay(this.limits);
+    this.clock = new ServerClock();
+
+    this.state = State.IDLE;
+    /** Members of the room, you included, by id. */
+    this.members = new Map();
+    /** Your own member (motion predicted locally); null outside a room. */
+    this.me = null;
+    this.memberId = null;
+    this.room = null;
+    /** The newest Pong's round trip (ms), or null. */
+    this.rttMs = null;
+    /** The last Error the server sent, and the last close. */
+    this.lastError = null;
+    this.lastClose = null;
+
+    /**
+     * Counters, all measured: frames and payload bytes as handed to and by
+     * the WebSocket, plus `wire*` = payload + the RFC 6455 frame header
+     * (computed exactly from each payload length; masked out).
+     */
+    this.stats = {
+      framesIn: 0,
+      framesOut: 0,
+      bytesIn: 0,
+      bytesOut: 0,
+      wireBytesIn: 0,
+      wireBytesOut: 0,
+      motionUpdatesIn: 0,
+      movesOut: 0,
+      chatsOut: 0,
+      undecodable: 0,
+      extensions: '',
+    };
+
+    this.handlers = new Map();
+    this.ws = null;
+    this.active = false; // connect() called and close() not since
+    this.attempt = 0;
+    this.wanted = null; // { room, name } to be in
+    this.timers = { reconnect: null, ping: null, flush: null };
+    this.pending = null; // the newest unsent move
+    this.lastSentStand = null; // { x, y } of the last standing move sent
+    this.seq = 0;
+    this.moveTokens = 0;
+    this.moveTokensAt = 0;
+    this.lastFreeMoveAt = -Infinity;
+    this.chatTokens = 0;
+    this.chatTokensAt = 0;
+  }
+
+  // -------------------------------------------------------------- events
+
+  /** Subscribes `fn` to event `type`; returns the unsubscribe function. */
+  on(type, fn) {
+    let set = this.handlers.get(type);
+    if (!set) this.handlers.set(type, (set = new Set()));
+    set.add(fn);
+    return () => set.delete(fn);
+  }
+
+  emit(type, ...args) {
+    const set = this.handlers.get(type);
+    if (!set) return;
+    for (const fn of set) {
+      try {
+        fn(...args);
+      } catch (err) {
+        // A failing handler must not break the connection; report it apart.
+        this.reportError(err);
+      }
+    }
+  }
+
+  setState(next) {
+    if (next === this.state) return;
+    const prev = this.state;
+    this.state = next;
+    this.emit('state', next, prev);
+  }
+
+  // ---------------------------------------------------------- time & clock
+
+  /** The estimated server time now (ms since the epoch). */
+  serverNow() {
+    return this.clock.now(this.now()) ?? Date.now();
+  }
+
+  /**
+   * The time to pass to `member.positionAt`: server time minus the render
+   * delay for others, so their next update has usually arrived; now for
+   * yourself, whose motion is predicted locally.
+   */
+  renderTime(member = null) {
+    const now = this.serverNow();
+    return member && member.isSelf ? now : now - this.renderDelayMs;
+  }
+
+  // ------------------------------------------------------------ lifecycle
+
+  /** Opens the connection (and keeps reopening it until close()). */
+  connect() {
+    this.active = true;
+    if (this.ws || this.timers.reconnect !== null) return this;
+    this.openSocket();
+    return this;
+  }
+
+  /**
+   * Joins `room` as `name` (connecting first if need be). Leaves the current
+   * room first. Throws a RangeError for a name or room the server would
+   * refuse. The answer comes as a `welcome` or an `error` event.
+   */
+  join(room, name) {
+    const problem = roomProblem(room) ?? nameProblem(name, this.limits.maxNameChars);
+    if (problem) throw new RangeError(problem);
+    if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
+    this.clearRoom(); // a new join is a new arrival, not a rejoin
+    this.wanted = { room, name };
+    if (this.ws && this.ws.readyState === 1) this.sendJoin();
+    else this.connect();
+    return this;
+  }
+
+  /** Leaves the room; the connection stays open. */
+  leave() {
+    this.wanted = null;
+    if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
+    this.clearRoom();
+    if (this.ws && this.ws.readyState === 1) this.setState(State.OPEN);
+  }
+
+  /** Closes the connection for good. */
+  close() {
+    this.active = false;
+    this.wanted = null;
+    this.stopTimers();
+    const ws = this.ws;
+    this.ws = null;
+    if (ws) {
+      detach(ws);
+      try {
+        ws.close(1000, 'bye');
+      } catch {
+        // Already closing.
+      }
+    }
+    this.clearRoom();
+    this.lastClose = { code: 1000, reason: 'closed by the client', error: null, willReconnect: false, retryInMs: null, text: 'Disconnected.' };
+    this.setState(State.CLOSED);
+    this.emit('closed', this.lastClose);
+  }
+
+  openSocket() {
+    this.setState(State.CONNECTING);
+    this.lastError = null;
+    let ws;
+    try {
+      ws = new this.WebSocket(this.url, SUBPROTOCOL);
+    } catch (err) {
+      // A bad URL throws synchronously: nothing to retry.
+      this.active = false;
+      this.setState(State.CLOSED);
+      throw err;
+    }
+    ws.binaryType = 'arraybuffer';
+    this.ws = ws;
+    ws.onopen = () => this.onOpen(ws);
+    ws.onmessage = (ev) => this.onMessage(ws, ev.data);
+    ws.onclose = (ev) => this.onClose(ws, ev);
+    ws.onerror = () => {}; // a close event follows with the code
+  }
+
+  onOpen(ws) {
+    if (ws !== this.ws) return;
+    this.stats.extensions = ws.extensions ?? '';
+    this.clock.reset();
+    this.setState(State.OPEN);
+    if (!this.wanted) this.attempt = 0;
+    this.sendPing();
+    if (this.wanted) this.sendJoin();
+  }
+
+  onClose(ws, ev) {
+    if (ws !== this.ws) return;
+    this.ws = null;
+    detach(ws);
+    this.stopTimers();
+    const error = this.lastError;
+    const code = ev.code ?? 1006;
+    const retry =
+      this.active &&
+      this.reconnect !== null &&
+      !NO_RETRY_CLOSE_CODES.has(code) &&
+      !(error && NO_RETRY_ERRORS.has(error.code));
+    const retryInMs = retry ? backoffDelay(this.attempt, this.reconnect, this.random) : null;
+    this.lastClose = {
+      code,
+      reason: ev.reason ?? '',
+      error,
+      willReconnect: retry,
+      retryInMs,
+      text: closeText(code, error, retryInMs),
+    };
+    if (retry) {
+      this.attempt++;
+      this.setState(State.RECONNECTING);
+      this.timers.reconnect = this.setTimer(() => {
+        this.timers.reconnect = null;
+        if (this.active) this.openSocket();
+      }, retryInMs);
+    } else {
+      this.active = false;
+      this.clearRoom();
+      this.setState(State.CLOSED);
+    }
+    this.emit('closed', this.lastClose);
+  }
+
+  stopTimers() {
+    for (const key of Object.keys(this.timers)) {
+      if (this.timers[key] !== null) this.clearTimer(this.timers[key]);
+      this.timers[key] = null;
+    }
+  }
+
+  clearRoom() {
+    this.members.clear();
+    this.me = null;
+    this.memberId = null;
+    this.room = null;
+    this.pending = null;
+    this.lastSentStand = null;
+  }
+
+  // -------------------------------------------------------------- sending
+
+  send(msg) {
+    const ws = this.ws;
+    if (!ws || ws.readyState !== 1) return false;
+    const bytes = encodeClientMessage(msg, this.limits);
+    ws.send(bytes);
+    this.stats.framesOut++;
+    this.stats.bytesOut += bytes.byteLength;
+    this.stats.wireBytesOut += bytes.byteLength + websocketHeaderBytes(bytes.byteLength, true);
+    return true;
+  }
+
+  sendJoin() {
+    this.setState(State.JOINING);
+    this.send({ join: { room: this.wanted.room, name: this.wanted.name } });
+  }
+
+  sendLeave() {
+    this.send({ leave: {} });
+  }
+
+  sendPing() {
+    if (this.timers.ping !== null) this.clearTimer(this.timers.ping);
+    this.send({ ping: { clientTimeMs: Math.max(0, Math.round(this.now())) } });
+    this.timers.ping = this.setTimer(() => {
+      this.timers.ping = null;
+      this.sendPing();
+    }, this.pingIntervalMs);
+  }
+
+  /**
+   * Free movement: you are standing at (x, y) cm now. Call it as often as
+   * you like (e.g. every frame while a key is held); the newest position is
+   * sent at most once per `limits.moveIntervalMs`. Throws a RangeError for
+   * NaN, ±Infinity or a point outside the world (after rounding to whole cm).
+   */
+  moveTo(x, y) {
+    const me = this.requireMe('moveTo');
+    const px = Math.round(x);
+    const py = Math.round(y);
+    checkPosition(px, py, this.limits, 'moveTo');
+    me.reset(this.serverNow(), px, py);
+    const last = this.lastSentStand;
+    if (last && last.x === px && last.y === py && (!this.pending || !this.pending.walk)) {
+      this.pending = null; // back where the server already has you
+      return;
+    }
+    this.pending = { walk: false, x: px, y: py };
+    this.flush();
+  }
+
+  /**
+   * Click-to-move: walk in a straight line from where you are to (x, y) cm
+   * at `speed` cm/s (default `walkSpeed`), then stop. One message for the
+   * whole walk. Throws a RangeError for a target outside the world or a
+   * speed outside 1..=limits.maxSpeed.
+   */
+  walkTo(x, y, { speed } = {}) {
+    const me = this.requireMe('walkTo');
+    const tx = Math.round(x);
+    const ty = Math.round(y);
+    checkPosition(tx, ty, this.limits, 'walkTo');
+    let s;
+    if (speed === undefined) s = Math.min(Math.max(1, Math.round(this.walkSpeed)), this.limits.maxSpeed);
+    else {
+      s = Math.round(speed);
+      checkSpeed(s, this.limits, 'walkTo speed');
+    }
+    const now = this.serverNow();
+    const from = me.positionAt(now, { x: 0, y: 0 });
+    me.reset(now, Math.round(from.x), Math.round(from.y), { target: { x: tx, y: ty }, speed: s });
+    this.pending = { walk: true, tx, ty, speed: s };
+    this.flush();
+  }
+
+  requireMe(what) {
+    if (!this.me) throw new Error(`${what} needs a room: join one first`);
+    return this.me;
+  }
+
+  refillMoves(now) {
+    const spacing = this.limits.moveIntervalMs + PACING_SLACK_MS;
+    const burst = Math.max(1, this.limits.moveBurst);
+    this.moveTokens = Math.min(burst, this.moveTokens + (now - this.moveTokensAt) / spacing);
+    this.moveTokensAt = now;
+    return spacing;
+  }
+
+  /** Sends the pending move if the pacing allows, else sets a timer for when it will. */
+  flush() {
+    if (!this.pending || this.state !== State.JOINED) return;
+    const now = this.now();
+    const spacing = this.refillMoves(now);
+    let waitMs = this.moveTokens >= 1 ? 0 : (1 - this.moveTokens) * spacing;
+    // Free movement keeps to one per interval, leaving the burst for walks and stops.
+    if (!this.pending.walk) waitMs = Math.max(waitMs, this.lastFreeMoveAt + spacing - now);
+    if (waitMs > 0) {
+      if (this.timers.flush === null) {
+        this.timers.flush = this.setTimer(() => {
+          this.timers.flush = null;
+          this.flush();
+        }, Math.ceil(waitMs));
+      }
+      return;
+    }
+    const p = this.pending;
+    this.pending = null;
+    let move;
+    if (p.walk) {
+      const at = this.me.positionAt(this.serverNow(), { x: 0, y: 0 });
+      const x = Math.round(at.x);
+      const y = Math.round(at.y);
+      if (x === p.tx && y === p.ty) {
+        move = { position: { x, y }, walk: null };
+        this.lastSentStand = { x, y };
+      } else {
+        move = { position: { x, y }, walk: { target: { x: p.tx, y: p.ty }, speed: p.speed } };
+        this.lastSentStand = null;
+      }
+    } else {
+      move = { position: { x: p.x, y: p.y }, walk: null };
+      this.lastSentStand = { x: p.x, y: p.y };
+      this.lastFreeMoveAt = now;
+    }
+    this.seq = (this.seq + 1) >>> 0;
+    move.seq = this.seq;
+    move.clientTimeMs = Math.max(0, Math.round(now));
+    this.moveTokens -= 1;
+    if (this.send({ move })) this.stats.movesOut++;
+  }
+
+  /**
+   * Sends a chat message. Throws a RangeError for text the server would
+   * refuse (empty, too long, control characters). Returns false, sending
+   * nothing, when the chat budget (limits.chatBurst, one more per
+   * chatIntervalMs) is spent.
+   */
+  chat(text) {
+    if (this.state !== State.JOINED) throw new Error('chat needs a room: join one first');
+    const problem = chatProblem(text, this.limits.maxChatChars);
+    if (problem) throw new RangeError(problem);
+    const now = this.now();
+    const interval = this.limits.chatIntervalMs + PACING_SLACK_MS;
+    const burst = Math.max(1, this.limits.chatBurst);
+    this.chatTokens = Math.min(burst, this.chatTokens + (now - this.chatTokensAt) / interval);
+    this.chatTokensAt = now;
+    if (this.chatTokens < 1) return false;
+    this.chatTokens -= 1;
+    if (!this.send({ chat: { text } })) return false;
+    this.stats.chatsOut++;
+    return true;
+  }
+
+  // ------------------------------------------------------------ receiving
+
+  onMessage(ws, data) {
+    if (ws !== this.ws) return;
+    if (typeof data === 'string') {
+      this.stats.undecodable++;
+      return;
+    }
+    const bytes = data instanceof ArrayBuffer ? new Uint8Array(data) : data;
+    const len = bytes.byteLength;
+    this.stats.framesIn++;
+    this.stats.bytesIn += len;
+    this.stats.wireBytesIn += len + websocketHeaderBytes(len, false);
+    let msg;
+    try {
+      msg = decodeServerMessage(bytes);
+    } catch (err) {
+      this.stats.undecodable++;
+      this.emit('error', { code: null, message: err.message, text: 'Received a frame that could not be read.', refused: false });
+      return;
+    }
+    if (msg.welcome) this.onWelcome(msg.welcome);
+    else if (msg.joined) this.onJoined(msg.joined);
+    else if (msg.left) this.onLeft(msg.left);
+    else if (msg.chat) this.onChat(msg.chat);
+    else if (msg.pong) this.onPong(msg.pong);
+    else if (msg.error) this.onError(msg.error);
+    else if (msg.resync) this.onResync(msg.resync);
+    if (msg.motion.length > 0) this.onMotion(msg.motion);
+  }
+
+  onWelcome(w) {
+    // A Welcome to a room left (or switched from) since: the Leave that
+    // followed it has already been sent.
+    if (!this.wanted || this.wanted.room !== w.room) return;
+    const previous = this.me; // set when this is a rejoin after a reconnect
+    const localNow = this.now();
+    this.limits = { ...DEFAULT_LIMITS, ...(w.limits ?? {}) };
+    this.applyLimits();
+    const snapshot = w.snapshot ?? { serverTimeMs: 0, members: [] };
+    if (snapshot.serverTimeMs > 0) this.clock.rough(snapshot.serverTimeMs, localNow);
+    this.memberId = w.memberId;
+    this.room = w.room;
+    this.replaceMembers(snapshot.members, this.members.size > 0);
+    this.me = this.members.get(w.memberId) ?? null;
+    if (!this.me) {
+      // The snapshot should include you; stand at the centre if it did not.
+      this.me = new Member(w.memberId, this.wanted?.name ?? '', { isSelf: true, tuning: this.tuning });
+      this.me.reset(this.serverNow(), this.limits.worldWidth >> 1, this.limits.worldHeight >> 1);
+      this.members.set(w.memberId, this.me);
+    }
+    this.me.isSelf = true;
+    // Fresh budgets: the server starts each member with full buckets.
+    this.moveTokens = this.limits.moveBurst;
+    this.moveTokensAt = localNow;
+    this.lastFreeMoveAt = -Infinity;
+    this.chatTokens = this.limits.chatBurst;
+    this.chatTokensAt = localNow;
+    this.pending = null;
+    this.lastSentStand = null;
+    this.attempt = 0;
+    this.setState(State.JOINED);
+    if (previous) this.restoreSelf(previous);
+    this.emit('welcome', {
+      room: this.room,
+      me: this.me,
+      members: this.members,
+      limits: this.limits,
+      rejoined: previous !== null,
+    });
+  }
+
+  /** After a reconnect: carry on from where you were, and tell the server. */
+  restoreSelf(previous) {
+    const now = this.serverNow();
+    const at = previous.positionAt(now, { x: 0, y: 0 });
+    const x = clamp(Math.round(at.x), 0, this.limits.worldWidth);
+    const y = clamp(Math.round(at.y), 0, this.limits.worldHeight);
+    const target = { x: 0, y: 0 };
+    this.me.reset(now, x, y);
+    const walking = previous.walkTargetAt(now, target);
+    const speed = walking ? Math.min(previous.keyframes[previous.keyframes.length - 1].speed, this.limits.maxSpeed) : 0;
+    if (walking && speed >= 1 && target.x <= this.limits.worldWidth && target.y <= this.limits.worldHeight) {
+      this.walkTo(target.x, target.y, { speed });
+    } else {
+      this.moveTo(x, y);
+    }
+  }
+
+  applyLimits() {
+    const l = this.limits;
+    this.renderDelayMs = this.renderDelayOption ?? defaultRenderDelay(l);
+    this.tuning.maxInterpolationMs = Math.round(l.moveIntervalMs * 1.5 + l.tickMs);
+  }
+
+  /**
+   * Replaces the members with a snapshot's. Members still there keep their
+   * object; with `ease`, their jump to the snapshot's motion is eased. Your
+   * own motion stays as predicted locally.
+   */
+  replaceMembers(list, ease) {
+    const old = this.members;
+    const next = new Map();
+    const easeAt = ease ? this.renderTime() : null;
+    for (const m of list) {
+      const kept = old.get(m.id);
+      if (kept && kept.name === m.name && kept.isSelf === (m.id === this.memberId)) {
+        if (!kept.isSelf) {
+          const p = m.position ?? { x: 0, y: 0 };
+          kept.reset(m.movedAtMs, p.x, p.y, m.walk, easeAt);
+        }
+        next.set(m.id, kept);
+      } else {
+        next.set(m.id, Member.fromWire(m, { isSelf: m.id === this.memberId, tuning: this.tuning }));
+      }
+    }
+    this.members = next;
+  }
+
+  onJoined(j) {
+    if (this.state !== State.JOINED) return;
+    if (!j.member || j.member.id === this.memberId) return;
+    const m = Member.fromWire(j.member, { tuning: this.tuning });
+    this.members.set(m.id, m);
+    this.emit('joined', m);
+  }
+
+  onLeft(l) {
+    if (this.state !== State.JOINED) return;
+    if (l.memberId === this.memberId) return;
+    const m = this.members.get(l.memberId);
+    if (!m) return;
+    this.members.delete(l.memberId);
+    this.emit('left', m, l.reason);
+  }
+
+  onChat(c) {
+    if (this.state !== State.JOINED) return;
+    this.emit('chat', {
+      member: this.members.get(c.memberId) ?? null,
+      memberId: c.memberId,
+      text: c.text,
+      serverTimeMs: c.serverTimeMs,
+    });
+  }
+
+  onPong(p) {
+    this.rttMs = this.clock.sample(p.clientTimeMs, p.serverTimeMs, this.now());
+    this.emit('pong', this.rttMs);
+  }
+
+  onError(e) {
+    const info = { code: e.code, message: e.message, text: explainError(e.code, e.message), refused: false };
+    this.lastError = info;
+    if (REFUSALS.has(e.code) && this.state === State.JOINING) {
+      // Refused: not worth retrying by itself; the socket stays open.
+      info.refused = true;
+      this.wanted = null;
+      this.clearRoom();
+      this.setState(State.OPEN);
+    }
+    this.emit('error', info);
+  }
+
+  onResync(snapshot) {
+    if (this.state !== State.JOINED) return;
+    this.replaceMembers(snapshot.members, true);
+    if (this.me && !this.members.has(this.me.id)) this.members.set(this.me.id, this.me);
+    this.emit('resync', this.members);
+  }
+
+  onMotion(motion) {
+    if (this.state !== State.JOINED) return;
+    const time = resolveMotionTime(motion[0], this.limits.motionTimeUnitMs, this.serverNow());
+    const easeAt = this.renderTime();
+    const walk = scratchWalk;
+    let i = 1;
+    while (i < motion.length) {
+      const head = motion[i];
+      const len = motionRecordLength(head);
+      if (i + len > motion.length) {
+        const err = new MotionError('motion record truncated');
+        this.emit('error', { code: null, message: err.message, text: 'Received a damaged movement batch.', refused: false });
+        return;
+      }
+      const id = head >>> 1;
+      const member = id === this.memberId ? null : this.members.get(id);
+      if (member) {
+        let w = null;
+        if (len === 6) {
+          walk.target.x = motion[i + 3];
+          walk.target.y = motion[i + 4];
+          walk.speed = motion[i + 5];
+          w = walk;
+        }
+        member.update(time, motion[i + 1], motion[i + 2], w, easeAt);
+        this.stats.motionUpdatesIn++;
+        this.emit('moved', member);
+      }
+      i += len;
+    }
+  }
+}
+
+const scratchWalk = { target: { x: 0, y: 0 }, speed: 0 };
+
+/** Render others this far in the past: one move interval, one tick, and jitter room. */
+export function defaultRenderDelay(limits) {
+  return limits.moveIntervalMs + limits.tickMs + JITTER_MARGIN_MS;
+}
+
+function closeText(code, error, retryInMs) {
+  const why = error
+    ? explainError(error.code, error.message)
+    : code === 1001
+      ? 'The server went away.'
+      : code === 1013
+        ? 'The server is busy.'
+        : code === 1000
+          ? 'The server closed the connection.'
+          : 'The connection was lost.';
+  if (retryInMs === null) return why;
+  return `${why} Reconnecting in ${Math.max(1, Math.round(retryInMs / 1000))} s…`;
+}
+
+function detach(ws) {
+  ws.onopen = ws.onmessage = ws.onclose = ws.onerror = null;
+}
+
+function clamp(v, lo, hi) {
+  return v < lo ? lo : v > hi ? hi : v;
+}

@@ -1,0 +1,552 @@
+// AmbleClient against a scripted fake WebSocket, with injected clock,
+// timers and randomness: joining, motion, pacing of moves and chat, clock
+// sync, refusals, and reconnect with backoff. Every timer fires because the
+// test advances the fake clock; nothing waits on real time.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+
+import {
+  AmbleClient,
+  DEFAULT_RECONNECT,
+  ErrorCode,
+  LeaveReason,
+  ServerClock,
+  State,
+  backoffDelay,
+} from '../amble.js';
+import { decodeClientMessage, encodeServerMessage, motionTime, websocketHeaderBytes } from '../codec.js';
+
+const EPOCH = 1_764_600_000_000; // server time at local time 0 in these tests
+
+const LIMITS = {
+  moveIntervalMs: 1000,
+  moveBurst: 2,
+  tickMs: 100,
+  motionTimeUnitMs: 100,
+  worldWidth: 5000,
+  worldHeight: 5000,
+  maxSpeed: 1000,
+  maxMessageBytes: 4096,
+  maxNameChars: 32,
+  maxChatChars: 280,
+  roomCapacity: 500,
+  chatIntervalMs: 2000,
+  chatBurst: 5,
+};
+
+/** Timers on a clock the test moves by hand. */
+class FakeTime {
+  constructor() {
+    this.t = 0;
+    this.timers = new Map();
+    this.nextId = 1;
+  }
+  now = () => this.t;
+  setTimeout = (fn, ms) => {
+    const id = this.nextId++;
+    this.timers.set(id, { at: this.t + ms, ms, fn });
+    return id;
+  };
+  clearTimeout = (id) => {
+    this.timers.delete(id);
+  };
+  /** Delays of the timers now pending, ascending. */
+  pending() {
+    return [...this.timers.values()].map((x) => x.at - this.t).sort((a, b) => a - b);
+  }
+  /** Moves time forward by `ms`, firing due timers in order. */
+  advance(ms) {
+    const end = this.t + ms;
+    for (;;) {
+      let next = null;
+      for (const [id, timer] of this.timers) if (timer.at <= end && (!next || timer.at < next[1].at)) next = [id, timer];
+      if (!next) break;
+      this.timers.delete(next[0]);
+      this.t = Math.max(this.t, next[1].at);
+      next[1].fn();
+    }
+    this.t = end;
+  }
+}
+
+/** A WebSocket the test drives: open(), receive(msg), drop(code). */
+function fakeSocketClass() {
+  const sockets = [];
+  class FakeSocket {
+    constructor(url, protocol) {
+      this.url = url;
+      this.protocol = protocol;
+      this.readyState = 0;
+      this.extensions = '';
+      this.sentBytes = [];
+      this.closedWith = null;
+      sockets.push(this);
+    }
+    get sent() {
+      return this.sentBytes.map((b) => decodeClientMessage(b));
+    }
+    sentOf(kind) {
+      return this.sent.filter((m) => m[kind]).map((m) => m[kind]);
+    }
+    send(bytes) {
+      assert.equal(this.readyState, 1, 'send on an open socket only');
+      assert.ok(bytes instanceof Uint8Array);
+      this.sentBytes.push(bytes);
+    }
+    close(code, reason) {
+      this.readyState = 3;
+      this.closedWith = { code, reason };
+    }
+    open() {
+      this.readyState = 1;
+      this.onopen?.({});
+    }
+    receive(msg) {
+      const bytes = encodeServerMessage(msg);
+      this.onmessage?.({ data: bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength) });
+      return bytes.byteLength;
+    }
+    drop(code = 1006, reason = '') {
+      this.readyState = 3;
+      this.onclose?.({ code, reason });
+    }
+  }
+  return { FakeSocket, sockets };
+}
+
+const wire = (id, name, x, y, movedAtMs = EPOCH, walk = null) => ({
+  id,
+  name,
+  position: { x, y },
+  walk,
+  movedAtMs,
+});
+
+function welcome(memberId, members, serverTimeMs = EPOCH, limits = LIMITS) {
+  return { welcome: { memberId, room: 'lobby', limits, snapshot: { serverTimeMs, members } } };
+}
+
+function setup(options = {}) {
+  const time = new FakeTime();
+  const { FakeSocket, sockets } = fakeSocketClass();
+  const client = new AmbleClient({
+    url: 'ws://test/ws',
+    WebSocket: FakeSocket,
+    now: time.now,
+    setTimeout: time.setTimeout,
+    clearTimeout: time.clearTimeout,
+    random: () => 0.5,
+    ...options,
+  });
+  const events = [];
+  for (const type of ['state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong']) {
+    client.on(type, (...args) => events.push([type, ...args]));
+  }
+  const last = () => sockets[sockets.length - 1];
+  return { time, client, sockets, last, events, of: (type) => events.filter((e) => e[0] === type) };
+}
+
+/** A client in room lobby as member 1, with Ada (0) and Bo (2) there. */
+function joined(options) {
+  const s = setup(options);
+  s.client.join('lobby', 'Me');
+  s.last().open();
+  s.last().receive(welcome(1, [wire(0, 'Ada', 100, 100), wire(1, 'Me', 2500, 2500), wire(2, 'Bo', 4000, 200)]));
+  return s;
+}
+
+test('joining: connects with the subprotocol, sends Join, and the Welcome fills the room', () => {
+  const { client, last, of } = setup();
+  client.join('lobby', 'Me');
+  assert.equal(client.state, State.CONNECTING);
+  const ws = last();
+  assert.equal(ws.url, 'ws://test/ws');
+  assert.equal(ws.protocol, 'amble.v1');
+  assert.equal(ws.binaryType, 'arraybuffer');
+  ws.open();
+  assert.equal(client.state, State.JOINING);
+  assert.deepEqual(ws.sentOf('join'), [{ room: 'lobby', name: 'Me' }]);
+  assert.equal(ws.sentOf('ping').length, 1, 'a first Ping for the clock');
+  ws.receive(welcome(1, [wire(0, 'Ada', 100, 100), wire(1, 'Me', 2500, 2500)]));
+  assert.equal(client.state, State.JOINED);
+  assert.equal(client.room, 'lobby');
+  assert.equal(client.members.size, 2);
+  assert.equal(client.me.id, 1);
+  assert.equal(client.me.isSelf, true);
+  assert.equal(client.members.get(0).isSelf, false);
+  assert.deepEqual(client.me.positionAt(client.serverNow()), { x: 2500, y: 2500 });
+  const [[, info]] = of('welcome');
+  assert.equal(info.rejoined, false);
+  assert.equal(info.me, client.me);
+  assert.deepEqual(of('state').map((e) => e[1]), ['connecting', 'open', 'joining', 'joined']);
+});
+
+test('join refuses a bad name or room before sending anything', () => {
+  const { client, sockets } = setup();
+  assert.throws(() => client.join('lobby', '   '), RangeError);
+  assert.throws(() => client.join('no spaces', 'Me'), RangeError);
+  assert.throws(() => client.join('lobby', 'x'.repeat(33)), RangeError);
+  assert.throws(() => client.join('lobby', 'tab\there'), RangeError);
+  assert.equal(sockets.length, 0);
+});
+
+test('the server clock comes from the Welcome, then from the lowest-RTT Pong', () => {
+  const { client, time, last } = setup();
+  client.join('lobby', 'Me');
+  last().open();
+  time.advance(40);
+  last().receive(welcome(1, [wire(1, 'Me', 0, 0)], EPOCH + 40));
+  assert.equal(client.serverNow(), EPOCH + 40);
+  const [ping] = last().sentOf('ping');
+  assert.equal(ping.clientTimeMs, 0);
+  // Pong after a 60 ms round trip; the server stamped it at EPOCH + 30.
+  time.advance(20);
+  last().receive({ pong: { clientTimeMs: 0, serverTimeMs: EPOCH + 30 } });
+  assert.equal(client.rttMs, 60);
+  assert.equal(client.serverNow(), EPOCH + 60); // 30 + 60/2 at local 60
+  // A slower sample (200 ms) does not move the offset.
+  time.advance(2000 - 60); // the next Ping is due at 2000
+  const second = last().sentOf('ping')[1];
+  assert.equal(second.clientTimeMs, 2000);
+  time.advance(200);
+  last().receive({ pong: { clientTimeMs: 2000, serverTimeMs: EPOCH + 2000 + 400 } });
+  assert.equal(client.rttMs, 200);
+  assert.equal(client.serverNow(), EPOCH + 2200);
+});
+
+test('ServerClock keeps the offset of the lowest round trip in its window', () => {
+  const clock = new ServerClock({ window: 2 });
+  assert.equal(clock.now(5), null);
+  clock.rough(1000, 0);
+  assert.equal(clock.now(5), 1005);
+  clock.sample(0, 1010, 20); // rtt 20, offset 1000
+  clock.sample(100, 1200, 200); // rtt 100, offset 1050
+  assert.equal(clock.offsetMs, 1000);
+  clock.sample(300, 1400, 340); // rtt 40, offset 1080; the rtt-20 sample leaves the window
+  assert.equal(clock.offsetMs, 1080);
+  clock.rough(0, 0);
+  assert.equal(clock.offsetMs, 1080, 'a rough value does not override samples');
+});
+
+test('motion batches: own id skipped, others updated at the resolved tick time', () => {
+  const { client, last, of, time } = joined();
+  time.advance(500);
+  const t = EPOCH + 300; // the tick the batch was made in
+  last().receive({
+    motion: [motionTime(t, 100), 0 * 2, 200, 300, 1 * 2 + 1, 9, 9, 10, 10, 100, 2 * 2 + 1, 4000, 200, 4000, 1200, 500],
+  });
+  assert.equal(of('moved').length, 2, 'Ada and Bo moved; our own record is skipped');
+  assert.deepEqual(client.me.positionAt(client.serverNow()), { x: 2500, y: 2500 }, 'own motion untouched');
+  const ada = client.members.get(0);
+  assert.equal(ada.movedAtMs, t);
+  assert.deepEqual(ada.positionAt(t + 5000), { x: 200, y: 300 });
+  const bo = client.members.get(2);
+  assert.deepEqual(bo.positionAt(t + 1000), { x: 4000, y: 700 }, 'walking 500 cm/s from the tick time');
+  const target = {};
+  assert.equal(bo.walkTargetAt(t + 1000, target), true);
+  assert.deepEqual(target, { x: 4000, y: 1200 });
+  assert.equal(client.stats.motionUpdatesIn, 2);
+  // A truncated record is reported, not applied.
+  last().receive({ motion: [3, 0, 1] });
+  assert.equal(of('error').length, 1);
+});
+
+test('joined, left and chat reach the page as events with their member', () => {
+  const { client, last, of } = joined();
+  last().receive({ joined: { member: wire(3, 'Cy', 10, 20) } });
+  const [[, cy]] = of('joined');
+  assert.equal(cy.name, 'Cy');
+  assert.equal(client.members.get(3), cy);
+  last().receive({ chat: { memberId: 3, text: 'hi 👋', serverTimeMs: EPOCH + 5 } });
+  const [[, chat]] = of('chat');
+  assert.equal(chat.member, cy);
+  assert.equal(chat.text, 'hi 👋');
+  last().receive({ left: { memberId: 3, reason: LeaveReason.TIMED_OUT } });
+  const [[, gone, reason]] = of('left');
+  assert.equal(gone, cy);
+  assert.equal(reason, LeaveReason.TIMED_OUT);
+  assert.equal(client.members.has(3), false);
+  last().receive({ chat: { memberId: 3, text: 'ghost', serverTimeMs: EPOCH + 6 } });
+  assert.equal(of('chat')[1][1].member, null, 'a chat from someone gone has no member');
+});
+
+test('moveTo: sent at most once per interval, newest position wins, the stop goes out', () => {
+  const { client, last, time } = joined();
+  const ws = last();
+  const moves = () => ws.sentOf('move');
+  // Hold a key for 5 s, one moveTo per 16 ms frame.
+  let x = 2500;
+  for (let t = 0; t < 5000; t += 16) {
+    x += 1;
+    client.moveTo(x, 2500);
+    time.advance(16);
+  }
+  const sent = moves();
+  assert.ok(sent.length >= 5 && sent.length <= 6, `sent ${sent.length} moves in 5 s`);
+  for (const m of sent) assert.equal(m.walk, null);
+  // Then nothing more is pressed: the final position is sent, once.
+  time.advance(3000);
+  const all = moves();
+  assert.deepEqual(all[all.length - 1].position, { x, y: 2500 });
+  assert.equal(all.length, sent.length + 1);
+  // Sequence numbers increase; times are the local clock.
+  assert.deepEqual(all.map((m) => m.seq), all.map((_, i) => i + 1));
+  // Locally you are where you said, at once.
+  assert.deepEqual(client.me.positionAt(client.serverNow()), { x, y: 2500 });
+  // Moving back to where the server has you sends nothing new.
+  client.moveTo(x, 2500);
+  time.advance(3000);
+  assert.equal(moves().length, all.length);
+});
+
+test('walkTo: one message for the whole walk, predicted locally from where you are', () => {
+  const { client, last, time } = joined({ walkSpeed: 250 });
+  client.walkTo(3000.4, 2500);
+  const [move] = last().sentOf('move');
+  assert.deepEqual(move.position, { x: 2500, y: 2500 });
+  assert.deepEqual(move.walk, { target: { x: 3000, y: 2500 }, speed: 250 });
+  time.advance(1000);
+  assert.deepEqual(client.me.positionAt(client.serverNow()), { x: 2750, y: 2500 });
+  time.advance(1500);
+  assert.deepEqual(client.me.positionAt(client.serverNow()), { x: 3000, y: 2500 });
+  assert.equal(last().sentOf('move').length, 1);
+  // Three more walks at once: the burst of 2 lets two go, the third waits
+  // for a token; a fourth before then replaces it (newest wins).
+  client.walkTo(3000, 3000);
+  client.walkTo(3200, 3000);
+  client.walkTo(3300, 3000);
+  assert.equal(last().sentOf('move').length, 3);
+  client.walkTo(500, 4500, { speed: 100 });
+  time.advance(1009);
+  assert.equal(last().sentOf('move').length, 3, 'no token yet (one per 1010 ms)');
+  time.advance(1);
+  const moves = last().sentOf('move');
+  assert.equal(moves.length, 4, 'the waiting walk goes when a token is back');
+  assert.deepEqual(moves[3].walk, { target: { x: 500, y: 4500 }, speed: 100 });
+  const p = client.me.positionAt(client.serverNow());
+  assert.deepEqual(moves[3].position, { x: Math.round(p.x), y: Math.round(p.y) }, 'sent from where the walk is now');
+  time.advance(10_000);
+  assert.equal(last().sentOf('move').length, 4);
+});
+
+test('moveTo and walkTo throw a RangeError for NaN, Infinity and points outside the world', () => {
+  const { client, last } = joined();
+  for (const [x, y] of [[NaN, 0], [0, Infinity], [-Infinity, 0], [-1, 0], [5001, 0], [0, 5000.6]]) {
+    assert.throws(() => client.moveTo(x, y), RangeError, `moveTo(${x}, ${y})`);
+    assert.throws(() => client.walkTo(x, y), RangeError, `walkTo(${x}, ${y})`);
+  }
+  assert.throws(() => client.walkTo(10, 10, { speed: 0 }), RangeError);
+  assert.throws(() => client.walkTo(10, 10, { speed: 1001 }), RangeError);
+  assert.throws(() => client.walkTo(10, 10, { speed: NaN }), RangeError);
+  assert.equal(last().sentOf('move').length, 0, 'nothing was sent');
+  assert.doesNotThrow(() => client.moveTo(5000, 4999.6), 'rounded to 5000');
+});
+
+test('moving before joining is an error', () => {
+  const { client } = setup();
+  assert.throws(() => client.moveTo(1, 1), /join one first/);
+  assert.throws(() => client.chat('hi'), /join one first/);
+});
+
+test('chat: checked, and held to the chat budget', () => {
+  const { client, last, time } = joined();
+  assert.throws(() => client.chat('  '), RangeError);
+  assert.throws(() => client.chat('x'.repeat(281)), RangeError);
+  assert.throws(() => client.chat('bell\u0007'), RangeError);
+  const sent = [];
+  for (let i = 0; i < 7; i++) sent.push(client.chat(`hello ${i}`));
+  assert.deepEqual(sent, [true, true, true, true, true, false, false]);
+  time.advance(2010);
+  assert.equal(client.chat('again'), true);
+  assert.equal(client.chat('too soon'), false);
+  assert.deepEqual(last().sentOf('chat').map((c) => c.text), ['hello 0', 'hello 1', 'hello 2', 'hello 3', 'hello 4', 'again']);
+});
+
+test('byte counters are the frames actually sent and received, plus exact header sizes', () => {
+  const { client, last } = setup();
+  client.join('lobby', 'Me');
+  const ws = last();
+  ws.open();
+  let inBytes = ws.receive(welcome(1, [wire(1, 'Me', 0, 0)]));
+  inBytes += ws.receive({ motion: [3, 0, 1, 2] });
+  const outBytes = ws.sentBytes.reduce((n, b) => n + b.byteLength, 0);
+  assert.equal(client.stats.framesOut, ws.sentBytes.length);
+  assert.equal(client.stats.bytesOut, outBytes);
+  assert.equal(client.stats.bytesIn, inBytes);
+  assert.equal(client.stats.framesIn, 2);
+  assert.equal(client.stats.wireBytesIn, inBytes + 2 * 2, 'two small unmasked frames: 2-byte headers');
+  assert.equal(
+    client.stats.wireBytesOut,
+    ws.sentBytes.reduce((n, b) => n + b.byteLength + websocketHeaderBytes(b.byteLength, true), 0),
+  );
+  assert.equal(client.stats.wireBytesOut, outBytes + 6 * ws.sentBytes.length);
+});
+
+test('a refused join (room full, bad name) says why and keeps the socket, without retrying', () => {
+  const { client, last, of, time, sockets } = setup();
+  client.join('lobby', 'Me');
+  last().open();
+  last().receive({ error: { code: ErrorCode.ROOM_FULL, message: 'room lobby is full (500 members)' } });
+  const [[, err]] = of('error');
+  assert.equal(err.refused, true);
+  assert.match(err.text, /room is full/);
+  assert.equal(client.state, State.OPEN);
+  assert.equal(last().readyState, 1);
+  time.advance(60_000);
+  assert.equal(sockets.length, 1);
+  assert.equal(last().sentOf('join').length, 1, 'no retry of the join');
+  // A different name then works on the same socket.
+  client.join('lobby', 'Me2');
+  assert.equal(last().sentOf('join').length, 2);
+  last().receive({ error: { code: ErrorCode.INVALID_NAME, message: 'too long' } });
+  assert.match(of('error')[1][1].text, /name can't be used \(too long\)/);
+});
+
+test('a flood close (1008) is reported and not retried', () => {
+  const { client, last, of, time, sockets } = joined();
+  last().receive({ error: { code: ErrorCode.FLOOD, message: 'too many messages' } });
+  last().drop(1008, 'flood');
+  const [[, closed]] = of('closed');
+  assert.equal(closed.willReconnect, false);
+  assert.equal(closed.code, 1008);
+  assert.match(closed.text, /too many messages/);
+  assert.equal(client.state, State.CLOSED);
+  time.advance(120_000);
+  assert.equal(sockets.length, 1);
+});
+
+test('reconnect: exponential backoff with injected jitter, rejoining the same room where you were', () => {
+  const { client, last, of, time, sockets } = joined();
+  client.moveTo(1234, 2345);
+  // The server goes away; it is down for five attempts.
+  last().drop(1001, 'shutting down');
+  assert.equal(client.state, State.RECONNECTING);
+  const expected = [375, 750, 1500, 3000, 6000, 11_250, 11_250]; // min(15 s, 500 * 2^n) * (1 - 0.5 * 0.5)
+  const seen = [];
+  for (let i = 0; i < expected.length; i++) {
+    const [delay] = time.pending();
+    seen.push(delay);
+    assert.equal(sockets.length, i + 1, 'no new socket before the delay is over');
+    time.advance(delay - 1);
+    assert.equal(sockets.length, i + 1);
+    time.advance(1);
+    assert.equal(sockets.length, i + 2, 'a new socket when it is');
+    if (i < expected.length - 1) last().drop(1006);
+  }
+  assert.deepEqual(seen, expected);
+  assert.deepEqual(of('closed').map((e) => e[1].retryInMs), expected);
+  assert.match(of('closed')[0][1].text, /Reconnecting in/);
+  // The server is back: the client rejoins the same room with the same name.
+  last().open();
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me' }]);
+  last().receive(welcome(4, [wire(0, 'Ada', 100, 100), wire(4, 'Me', 2500, 2500)]));
+  assert.equal(client.state, State.JOINED);
+  const [, rejoin] = of('welcome')[1];
+  assert.equal(rejoin.rejoined, true);
+  // ...and tells the server where it was, instead of the spawn point.
+  assert.deepEqual(last().sentOf('move')[0].position, { x: 1234, y: 2345 });
+  assert.deepEqual(client.me.positionAt(client.serverNow()), { x: 1234, y: 2345 });
+  // After a successful rejoin the backoff starts over.
+  last().drop(1006);
+  assert.deepEqual(time.pending().slice(-1), [375]);
+});
+
+test('close() stops for good: no reconnect, no timers left', () => {
+  const { client, last, time, sockets, of } = joined();
+  client.close();
+  assert.equal(last().closedWith.code, 1000);
+  assert.equal(client.state, State.CLOSED);
+  assert.deepEqual(time.pending(), []);
+  time.advance(60_000);
+  assert.equal(sockets.length, 1);
+  assert.equal(of('closed')[0][1].willReconnect, false);
+});
+
+test('leave() keeps the socket; a new join works on it', () => {
+  const { client, last } = joined();
+  client.leave();
+  assert.equal(client.state, State.OPEN);
+  assert.equal(client.members.size, 0);
+  assert.equal(client.me, null);
+  assert.equal(last().sentOf('leave').length, 1);
+  client.join('cafe', 'Me');
+  assert.deepEqual(last().sentOf('join')[1], { room: 'cafe', name: 'Me' });
+});
+
+test('a resync replaces the members; a member that is still there is eased, not snapped', () => {
+  const { client, last, of, time } = joined({ easeMs: 400 });
+  time.advance(5000);
+  const ada = client.members.get(0);
+  const t = client.renderTime();
+  assert.deepEqual(ada.positionAt(t), { x: 100, y: 100 });
+  last().receive({
+    resync: { serverTimeMs: EPOCH + 5000, members: [wire(0, 'Ada', 1100, 100, EPOCH + 4000), wire(1, 'Me', 0, 0), wire(5, 'Di', 1, 1)] },
+  });
+  assert.equal(of('resync').length, 1);
+  assert.deepEqual([...client.members.keys()].sort(), [0, 1, 5]);
+  assert.equal(client.members.get(0), ada, 'same object');
+  assert.deepEqual(ada.positionAt(t), { x: 100, y: 100 }, 'no jump at the moment it arrives');
+  assert.deepEqual(ada.positionAt(t + 400), { x: 1100, y: 100 }, 'eased in within easeMs');
+  assert.deepEqual(client.me.positionAt(client.serverNow()), { x: 2500, y: 2500 }, 'own motion stays local');
+});
+
+test('backoffDelay: exponential, capped, jittered into (1 - jitter, 1] of the step', () => {
+  const p = DEFAULT_RECONNECT;
+  assert.equal(backoffDelay(0, p, () => 0), 500);
+  assert.equal(backoffDelay(1, p, () => 0), 1000);
+  assert.equal(backoffDelay(10, p, () => 0), 15_000);
+  assert.equal(backoffDelay(3, p, () => 0.999999), 2000);
+  assert.equal(backoffDelay(2, { ...p, jitter: 0 }, () => 0.7), 2000);
+  for (let a = 0; a < 20; a++) {
+    const d = backoffDelay(a, p, Math.random);
+    const step = Math.min(15_000, 500 * 2 ** a);
+    assert.ok(d > step * 0.5 - 1 && d <= step, `attempt ${a}: ${d}`);
+  }
+});
+
+test('switching rooms sends Leave then Join; a late Welcome for the old room is ignored', () => {
+  const { client, last, of } = setup();
+  client.join('lobby', 'Me');
+  last().open();
+  client.join('cafe', 'Me'); // before the lobby's Welcome came
+  assert.deepEqual(last().sent.filter((m) => !m.ping).map((m) => Object.keys(m)[0]), ['join', 'leave', 'join']);
+  last().receive(welcome(1, [wire(1, 'Me', 0, 0)])); // room: 'lobby'
+  assert.equal(client.state, State.JOINING);
+  assert.equal(of('welcome').length, 0);
+  last().receive({ joined: { member: wire(7, 'Old', 1, 1) } });
+  assert.equal(client.members.size, 0, 'frames of the old room are not applied');
+  last().receive({ welcome: { ...welcome(3, [wire(3, 'Me', 5, 5)]).welcome, room: 'cafe' } });
+  assert.equal(client.state, State.JOINED);
+  assert.equal(client.room, 'cafe');
+  assert.equal(of('welcome').length, 1);
+});
+
+test('a walk that has arrived before its turn to be sent goes out as standing at the target', () => {
+  const { client, last, time } = joined();
+  client.walkTo(2600, 2500);
+  client.walkTo(2700, 2500);
+  client.walkTo(2800, 2500, { speed: 1000 }); // no token left: waits about a second
+  time.advance(2000);
+  const moves = last().sentOf('move');
+  assert.equal(moves.length, 3);
+  assert.deepEqual(moves[2], { position: { x: 2800, y: 2500 }, walk: null, seq: 3, clientTimeMs: 1010 });
+});
+
+test('an exception in an event handler does not break the client', () => {
+  const reported = [];
+  const { client, last, of } = setup({ reportError: (err) => reported.push(err.message) });
+  client.on('welcome', () => {
+    throw new Error('page bug');
+  });
+  let later = false;
+  client.on('welcome', () => {
+    later = true;
+  });
+  client.join('lobby', 'Me');
+  last().open();
+  last().receive(welcome(1, [wire(1, 'Me', 0, 0)]));
+  assert.equal(client.state, State.JOINED, 'the client carried on');
+  assert.equal(of('welcome').length, 1);
+  assert.equal(later, true, 'handlers after the failing one still ran');
+  assert.deepEqual(reported, ['page bug'], 'and the error was reported');
+});
