@@ -68,6 +68,10 @@ pub async fn serve(
                 x: config.world_width / 2,
                 y: config.world_height / 2,
             },
+            world: Position {
+                x: config.world_width,
+                y: config.world_height,
+            },
             limits: config.limits(),
         },
         clock,

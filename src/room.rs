@@ -36,8 +36,10 @@ pub struct RoomSettings {
     pub capacity: usize,
     /// Frames a room keeps for its slowest receiver.
     pub buffer: usize,
-    /// Where a new member stands until it first moves.
+    /// The centre of the spot new members appear around.
     pub spawn: Position,
+    /// World size in centimetres (spawn points stay inside).
+    pub world: Position,
     /// Sent to every member in `Welcome`.
     pub limits: pb::Limits,
 }
@@ -128,6 +130,25 @@ impl State {
     }
 }
 
+/// Where member `id` appears: on a golden-angle spiral around the spawn
+/// centre, so new arrivals do not stand on top of each other.
+fn spawn_point(settings: &RoomSettings, id: MemberId) -> Position {
+    const GOLDEN_ANGLE: f64 = 2.399_963_229_728_653;
+    const SPACING_CM: f64 = 80.0;
+    let n = f64::from(id.0);
+    let (r, a) = (SPACING_CM * n.sqrt(), n * GOLDEN_ANGLE);
+    let place = |centre: u32, offset: f64, max: u32| {
+        // Clamped into the world, so the cast back cannot overflow.
+        (f64::from(centre) + offset)
+            .clamp(0.0, f64::from(max))
+            .round() as u32
+    };
+    Position {
+        x: place(settings.spawn.x, r * a.cos(), settings.world.x),
+        y: place(settings.spawn.y, r * a.sin(), settings.world.y),
+    }
+}
+
 fn member_pb(id: MemberId, m: &Member) -> pb::Member {
     pb::Member {
         id: id.0,
@@ -194,7 +215,7 @@ impl Rooms {
             let id = st.lowest_free_id();
             let member = Member {
                 name,
-                motion: Motion::standing(self.settings.spawn),
+                motion: Motion::standing(spawn_point(&self.settings, id)),
                 moved_at_ms: now_ms,
                 pending: None,
             };

@@ -10,6 +10,7 @@ fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
             capacity,
             buffer: 16,
             spawn: Position { x: 10, y: 10 },
+            world: Position { x: 5_000, y: 5_000 },
             limits: pb::Limits::default(),
         },
         Clock::start(),
@@ -202,4 +203,28 @@ async fn the_ticker_flushes_on_the_tick_grid() {
     assert_eq!(time, (now / 100 % 128) as u32);
     token.cancel();
     ticker.await.expect("ticker ends");
+}
+
+#[test]
+fn spawn_points_are_spread_and_inside_the_world() {
+    let settings = RoomSettings {
+        tick: Duration::from_millis(100),
+        motion_time_unit_ms: 100,
+        capacity: 500,
+        buffer: 16,
+        spawn: Position { x: 2_500, y: 2_500 },
+        world: Position { x: 5_000, y: 5_000 },
+        limits: pb::Limits::default(),
+    };
+    let points: Vec<_> = (0..500)
+        .map(|i| spawn_point(&settings, MemberId(i)))
+        .collect();
+    assert_eq!(points[0], Position { x: 2_500, y: 2_500 });
+    for (i, p) in points.iter().enumerate() {
+        assert!(p.x <= 5_000 && p.y <= 5_000);
+        for q in &points[..i] {
+            let d = (f64::from(p.x) - f64::from(q.x)).hypot(f64::from(p.y) - f64::from(q.y));
+            assert!(d > 30.0, "members {i} and another {d} cm apart");
+        }
+    }
 }
