@@ -1,0 +1,143 @@
+//! `loadtest`: amble's bot load tester. It spawns thousands of bots that
+//! join rooms and move the way people do, and measures what a person checks
+//! before putting amble in front of users: bandwidth, delivery rate and
+//! latency, and what the server spent (read from its `/metrics`).
+//!
+//! # Layout
+//!
+//! - [`opts`]: command-line options, presets, their resolution into a plan.
+//! - [`plan`]: the resolved plan (shared with child processes as JSON), the
+//!   target URL, the schedule (ramp, warm-up, window, drain).
+//! - [`wire`]: connecting from a chosen source address; frame byte counts.
+//! - [`bot`]: one bot's task: join, move, read, close.
+//! - [`ledger`]: delivery accounting, without I/O or clock.
+//! - [`stats`]: per-thread counters and histograms; the mergeable tally.
+//! - [`load`]: the engine, and running it alone, as parent or as child.
+//! - [`rpc`], [`sweep`]: the other two scenarios.
+//! - [`scrape`]: the server's `/metrics`; [`usage`]: this process's CPU.
+//! - [`report`], [`console`]: what is printed at the end and meanwhile.
+//!
+//! Measuring must not bend the result: one multi-threaded runtime, one task
+//! per bot, histograms per thread merged when read, no lock shared by all
+//! bots on the receive path, every network wait under a timeout and every
+//! run bounded by its schedule.
+
+pub mod bot;
+pub mod console;
+pub mod ledger;
+pub mod load;
+pub mod opts;
+pub mod plan;
+pub mod report;
+pub mod rpc;
+pub mod scrape;
+pub mod stats;
+pub mod sweep;
+pub mod usage;
+pub mod wire;
+
+use std::fmt;
+
+use anyhow::Context as _;
+use serde::Serialize;
+
+pub use opts::Opts;
+pub use report::LoadReport;
+pub use rpc::RpcReport;
+pub use sweep::SweepReport;
+
+/// The report of any scenario.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+#[allow(clippy::large_enum_variant, reason = "one report per run")]
+pub enum Report {
+    Load(LoadReport),
+    Rpc(RpcReport),
+    Sweep(SweepReport),
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Report::Load(r) => r.fmt(f),
+            Report::Rpc(r) => r.fmt(f),
+            Report::Sweep(r) => r.fmt(f),
+        }
+    }
+}
+
+impl Report {
+    /// The thresholds given on the command line that this report misses.
+    pub fn missed(&self, opts: &Opts) -> Vec<String> {
+        let mut missed = Vec::new();
+        let mut check = |what: &str, delivery: Option<f64>, p99: Option<f64>| {
+            if let (Some(min), Some(rate)) = (opts.min_delivery, delivery) {
+                if rate < min {
+                    missed.push(format!(
+                        "{what}delivery rate {rate:.6} is below --min-delivery {min}"
+                    ));
+                }
+            }
+            if let (Some(max), Some(p99)) = (opts.max_p99_ms, p99) {
+                if p99 > max {
+                    missed.push(format!(
+                        "{what}p99 latency {p99:.2} ms is above --max-p99-ms {max}"
+                    ));
+                }
+            }
+        };
+        match self {
+            Report::Load(r) => check("", Some(r.delivery_rate), Some(r.latency_ms.p99)),
+            Report::Rpc(r) => check("", None, Some(r.latency_ms.p99)),
+            Report::Sweep(r) => {
+                for row in &r.rows {
+                    let p99 = (row.updates_received > 0).then_some(row.latency_ms.p99);
+                    check(
+                        &format!("room size {}: ", row.room_size),
+                        Some(row.delivery_rate),
+                        p99,
+                    );
+                }
+            }
+        }
+        missed
+    }
+}
+
+/// Runs the scenario `opts` asks for. Child mode (`--child`) is
+/// [`run_child`]; `--processes` above 1 re-executes `child_exe` (this
+/// binary when `None`).
+pub async fn run_with(
+    opts: &Opts,
+    child_exe: Option<std::path::PathBuf>,
+) -> anyhow::Result<Report> {
+    let plan = opts.plan()?;
+    match opts.scenario {
+        opts::Scenario::Load if plan.processes > 1 => {
+            let exe = match child_exe {
+                Some(exe) => exe,
+                None => std::env::current_exe().context("locating this binary to re-execute")?,
+            };
+            Ok(Report::Load(load::parent(plan, exe, opts.quiet).await?))
+        }
+        opts::Scenario::Load => Ok(Report::Load(load::alone(plan, opts.quiet).await?)),
+        opts::Scenario::Rpc => Ok(Report::Rpc(
+            rpc::run(&plan, opts.clients, opts.round_trips, opts.quiet).await?,
+        )),
+        opts::Scenario::Sweep => Ok(Report::Sweep(
+            sweep::run(&plan, &opts.sweep_sizes, opts.sweep_duration, opts.quiet).await?,
+        )),
+    }
+}
+
+/// Runs the scenario `opts` asks for, in this process (children of
+/// `--processes` are this binary).
+pub async fn run(opts: Opts) -> anyhow::Result<Report> {
+    run_with(&opts, None).await
+}
+
+/// Child mode: `plan_json` is the plan the parent resolved.
+pub async fn run_child(plan_json: &str) -> anyhow::Result<()> {
+    let plan: plan::Plan = serde_json::from_str(plan_json).context("reading the parent's plan")?;
+    load::child(plan).await
+}

@@ -1,0 +1,541 @@
+//! Command-line options (clap derive, the doc comments are the `--help`) and
+//! their resolution, presets included, into a [`Plan`].
+//!
+//! Options that a preset may set are `Option`s here; [`Opts::plan`] applies
+//! the preset first and the tool's defaults last, so the value a user typed
+//! always wins.
+
+use std::net::Ipv4Addr;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail, ensure};
+use clap::{Parser, ValueEnum};
+use serde::{Deserialize, Serialize};
+
+use crate::plan::{Plan, Target};
+
+/// Bots per process at most: a process may hold 20,000 open files here, and
+/// each bot holds one socket.
+pub const MAX_BOTS_PER_PROCESS: u32 = 18_000;
+
+/// amble's bot load tester: spawns bots that join rooms and move the way
+/// people do, and measures bandwidth, delivery rate, latency and what the
+/// server spent.
+///
+/// Start the server first (`cargo run --release` in the repo), then for
+/// example `cargo loadtest --bots 1000`. The status goes to stderr once per
+/// second; the report goes to stdout at the end (and to --json PATH).
+///
+/// Exit status: 0 done; 1 a threshold (--min-delivery, --max-p99-ms) was
+/// missed; 2 the run could not be made (server unreachable, bad options).
+#[derive(Parser, Debug, Clone)]
+#[command(name = "loadtest", version, about, long_about)]
+pub struct Opts {
+    /// WebSocket URL of the amble server. Only loopback hosts (127.0.0.0/8,
+    /// localhost, ::1) are accepted unless --allow-remote is given.
+    #[arg(long, default_value = "ws://127.0.0.1:3000/ws")]
+    pub url: String,
+
+    /// Accept a --url host that is not a loopback address.
+    #[arg(long)]
+    pub allow_remote: bool,
+
+    /// What to measure: `load` runs bots in rooms; `rpc` measures
+    /// request/reply throughput with Ping/Pong; `sweep` measures latency
+    /// against room size.
+    #[arg(long, value_enum, default_value_t = Scenario::Load)]
+    pub scenario: Scenario,
+
+    /// A named workload. `xmpp-1500`: 1,500 bots in 50 rooms of 30, a move
+    /// every 8 s; `xmpp-1000`: 1,000 bots in 50 rooms, a move every 8 s (both
+    /// use --movement wander, as the XMPP comparison bots sent a plain
+    /// position each time); `rush`: --bots bots (default 15,000) in rooms of
+    /// 30, a move every second. Options given explicitly override the preset.
+    #[arg(long, value_enum)]
+    pub preset: Option<Preset>,
+
+    /// Number of bots [default: 100; presets: see --preset].
+    #[arg(long)]
+    pub bots: Option<u32>,
+
+    /// Bots per room; the last room may hold fewer [default: 30].
+    #[arg(long, conflicts_with = "rooms")]
+    pub room_size: Option<u32>,
+
+    /// Number of rooms, the bots spread evenly over them (instead of
+    /// --room-size).
+    #[arg(long)]
+    pub rooms: Option<u32>,
+
+    /// Time between a bot's moves, e.g. `1s`, `250ms`, `8s` [default: 1s;
+    /// xmpp presets: 8s]. Never below the server's advertised move interval;
+    /// each bot starts at a random phase and adds a jitter of up to 5%.
+    #[arg(long, value_parser = parse_duration)]
+    pub move_interval: Option<Duration>,
+
+    /// How bots move. `walk`: click-to-move, one message per walk (a target
+    /// and a speed); `wander`: free movement, a plain position each interval
+    /// [default: walk; xmpp presets: wander].
+    #[arg(long, value_enum)]
+    pub movement: Option<Movement>,
+
+    /// Time between a bot's chat messages (off unless given); never below
+    /// the server's advertised chat interval.
+    #[arg(long, value_parser = parse_duration)]
+    pub chat_interval: Option<Duration>,
+
+    /// Length of the measured window [default: 10s; xmpp presets: 60s;
+    /// rush: 20s].
+    #[arg(long, value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+
+    /// New connections per second during ramp-up [default: 1000].
+    #[arg(long)]
+    pub ramp: Option<u32>,
+
+    /// Time between the end of ramp-up and the start of the measured window,
+    /// so every bot is moving when counting starts [default: one move
+    /// interval, at least 1s].
+    #[arg(long, value_parser = parse_duration)]
+    pub warmup: Option<Duration>,
+
+    /// Also write the report as JSON to PATH (`-`: stdout, the readable
+    /// report then goes to stderr).
+    #[arg(long, value_name = "PATH")]
+    pub json: Option<PathBuf>,
+
+    /// Source addresses the bots connect from, round-robin, so that tens of
+    /// thousands of bots are not limited by one address's ephemeral ports: a
+    /// list and/or ranges of 127.x.y.z, e.g. `127.0.0.1-127.0.0.8` or
+    /// `127.0.0.2,127.0.1.1-127.0.1.4` [default: chosen by the kernel].
+    #[arg(long, value_parser = SourceAddrs::from_str)]
+    pub source_addrs: Option<SourceAddrs>,
+
+    /// load: run the bots in N processes (each holds whole rooms; a process
+    /// may hold at most 20,000 open files) [default: one per 18,000 bots].
+    #[arg(long, value_name = "N")]
+    pub processes: Option<u32>,
+
+    /// Fail (exit status 1) if the delivery rate is below this, e.g. 0.999.
+    #[arg(long, value_name = "RATE")]
+    pub min_delivery: Option<f64>,
+
+    /// Fail (exit status 1) if the p99 latency in milliseconds is above this.
+    #[arg(long, value_name = "MS")]
+    pub max_p99_ms: Option<f64>,
+
+    /// rpc: number of clients making round trips in parallel.
+    #[arg(long, default_value_t = 20)]
+    pub clients: u32,
+
+    /// rpc: sequential Ping/Pong round trips per client.
+    #[arg(long, default_value_t = 20_000)]
+    pub round_trips: u32,
+
+    /// sweep: room sizes to measure, one room at a time. Size 0 runs a lone
+    /// bot, whose only measure is its own move's echo.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "0,10,20,30,40,50,60,70,80,90,100,110,120,130,140,150,160,170,180,190,200"
+    )]
+    pub sweep_sizes: Vec<u32>,
+
+    /// sweep: measured time per room size (after a warm-up of one move
+    /// interval).
+    #[arg(long, value_parser = parse_duration, default_value = "3s")]
+    pub sweep_duration: Duration,
+
+    /// Print no status lines while running (the report still goes to stdout).
+    #[arg(long, short)]
+    pub quiet: bool,
+
+    /// Child mode (set by --processes): the resolved plan as JSON, this
+    /// child's index; the child prints status lines and its tally as JSON
+    /// lines on stdout.
+    #[arg(long, hide = true, value_name = "PLAN_JSON")]
+    pub child: Option<String>,
+}
+
+/// What to measure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+pub enum Scenario {
+    /// Bots in rooms, moving.
+    Load,
+    /// Request/reply round trips (Ping/Pong).
+    Rpc,
+    /// Latency against room size.
+    Sweep,
+}
+
+/// A named workload; see `--preset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Preset {
+    /// 1,500 bots, 50 rooms of 30, a move every 8 s, wander.
+    #[value(name = "xmpp-1500")]
+    Xmpp1500,
+    /// 1,000 bots in 50 rooms, a move every 8 s, wander.
+    #[value(name = "xmpp-1000")]
+    Xmpp1000,
+    /// --bots bots (default 15,000), rooms of 30, a move every second.
+    Rush,
+}
+
+/// How bots move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Movement {
+    /// Click-to-move: one message per walk, a target and a speed.
+    Walk,
+    /// Free movement: a plain position each interval.
+    Wander,
+}
+
+/// Source addresses to bind before connecting, all in 127.0.0.0/8.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SourceAddrs(pub Vec<Ipv4Addr>);
+
+/// More source addresses than this is a typo, not a plan.
+const MAX_SOURCE_ADDRS: u32 = 65_536;
+
+impl FromStr for SourceAddrs {
+    type Err = anyhow::Error;
+
+    /// `127.0.0.1`, `127.0.0.1-127.0.0.8`, or a comma-separated mix.
+    fn from_str(s: &str) -> anyhow::Result<Self> {
+        let mut addrs = Vec::new();
+        for part in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let (first, last) = match part.split_once('-') {
+                Some((a, b)) => (parse_loopback(a)?, parse_loopback(b)?),
+                None => {
+                    let a = parse_loopback(part)?;
+                    (a, a)
+                }
+            };
+            let (first, last) = (u32::from(first), u32::from(last));
+            ensure!(first <= last, "source address range {part} is reversed");
+            ensure!(
+                addrs.len() as u64 + u64::from(last - first) < u64::from(MAX_SOURCE_ADDRS),
+                "more than {MAX_SOURCE_ADDRS} source addresses"
+            );
+            addrs.extend((first..=last).map(Ipv4Addr::from));
+        }
+        ensure!(!addrs.is_empty(), "no source address given");
+        Ok(Self(addrs))
+    }
+}
+
+fn parse_loopback(s: &str) -> anyhow::Result<Ipv4Addr> {
+    let addr: Ipv4Addr = s
+        .trim()
+        .parse()
+        .with_context(|| format!("{s:?} is not an IPv4 address"))?;
+    ensure!(
+        addr.is_loopback(),
+        "source address {addr} is not a loopback address (127.x.y.z)"
+    );
+    Ok(addr)
+}
+
+/// Parses `1s`, `250ms`, `1.5s`, `2m`, `1h` or a plain number of seconds.
+pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, unit) = s.split_at(split);
+    let number: f64 = number
+        .parse()
+        .with_context(|| format!("{s:?} is not a duration (e.g. 1s, 250ms, 2m)"))?;
+    let seconds = match unit.trim() {
+        "" | "s" => number,
+        "ms" => number / 1_000.0,
+        "m" | "min" => number * 60.0,
+        "h" => number * 3_600.0,
+        other => bail!("unknown duration unit {other:?} (use ms, s, m or h)"),
+    };
+    ensure!(
+        seconds.is_finite() && (0.0..=86_400.0).contains(&seconds),
+        "duration {s:?} out of range"
+    );
+    Ok(Duration::from_secs_f64(seconds))
+}
+
+impl Opts {
+    /// Resolves presets and defaults into a plan for the load scenario (the
+    /// sweep derives one per room size from it).
+    pub fn plan(&self) -> anyhow::Result<Plan> {
+        let target = Target::parse(&self.url, self.allow_remote)?;
+        let preset = self.preset.map(PresetValues::of).unwrap_or_default();
+
+        let bots = self.bots.or(preset.bots).unwrap_or(100);
+        ensure!(bots >= 1, "--bots must be at least 1");
+        ensure!(
+            bots <= 200_000,
+            "--bots {bots} is more than this tool allows (200000)"
+        );
+        let (rooms, room_size) = match (self.rooms, self.room_size) {
+            (Some(rooms), _) => {
+                ensure!(rooms >= 1, "--rooms must be at least 1");
+                let rooms = rooms.min(bots);
+                (rooms, bots.div_ceil(rooms))
+            }
+            (None, Some(size)) => {
+                ensure!(size >= 1, "--room-size must be at least 1");
+                (bots.div_ceil(size), size)
+            }
+            (None, None) => match (preset.rooms, preset.room_size) {
+                (Some(rooms), _) => {
+                    let rooms = rooms.min(bots);
+                    (rooms, bots.div_ceil(rooms))
+                }
+                (None, size) => {
+                    let size = size.unwrap_or(30);
+                    (bots.div_ceil(size), size)
+                }
+            },
+        };
+
+        let move_interval = self
+            .move_interval
+            .or(preset.move_interval)
+            .unwrap_or(Duration::from_secs(1));
+        ensure!(
+            move_interval >= Duration::from_millis(10),
+            "--move-interval must be at least 10ms"
+        );
+        let movement = self.movement.or(preset.movement).unwrap_or(Movement::Walk);
+        if let Some(chat) = self.chat_interval {
+            ensure!(
+                chat >= Duration::from_millis(100),
+                "--chat-interval must be at least 100ms"
+            );
+        }
+        let duration = self
+            .duration
+            .or(preset.duration)
+            .unwrap_or(Duration::from_secs(10));
+        ensure!(
+            duration >= Duration::from_millis(100),
+            "--duration must be at least 100ms"
+        );
+        let ramp = self.ramp.unwrap_or(1_000);
+        ensure!(ramp >= 1, "--ramp must be at least 1 connection per second");
+        let warmup = self
+            .warmup
+            .unwrap_or_else(|| move_interval.max(Duration::from_secs(1)));
+
+        let processes = match self.processes {
+            Some(n) => {
+                ensure!(n >= 1, "--processes must be at least 1");
+                n.min(rooms)
+            }
+            None => bots.div_ceil(MAX_BOTS_PER_PROCESS).min(rooms),
+        };
+
+        Ok(Plan {
+            target,
+            bots,
+            rooms,
+            room_size,
+            move_interval_ms: millis(move_interval),
+            movement,
+            chat_interval_ms: self.chat_interval.map(millis),
+            duration_ms: millis(duration),
+            ramp_per_s: ramp,
+            warmup_ms: millis(warmup),
+            drain_ms: crate::plan::DEFAULT_DRAIN_MS,
+            source_addrs: self.source_addrs.clone().map(|a| a.0).unwrap_or_default(),
+            processes,
+            run_tag: crate::plan::run_tag(),
+            start_unix_ms: 0,
+            room_range: 0..rooms,
+        })
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// What a preset sets; `None` leaves the option to the user or the default.
+#[derive(Default)]
+struct PresetValues {
+    bots: Option<u32>,
+    rooms: Option<u32>,
+    room_size: Option<u32>,
+    move_interval: Option<Duration>,
+    movement: Option<Movement>,
+    duration: Option<Duration>,
+}
+
+impl PresetValues {
+    fn of(preset: Preset) -> Self {
+        match preset {
+            Preset::Xmpp1500 => Self {
+                bots: Some(1_500),
+                rooms: Some(50),
+                move_interval: Some(Duration::from_secs(8)),
+                movement: Some(Movement::Wander),
+                duration: Some(Duration::from_secs(60)),
+                ..Self::default()
+            },
+            Preset::Xmpp1000 => Self {
+                bots: Some(1_000),
+                rooms: Some(50),
+                move_interval: Some(Duration::from_secs(8)),
+                movement: Some(Movement::Wander),
+                duration: Some(Duration::from_secs(60)),
+                ..Self::default()
+            },
+            Preset::Rush => Self {
+                bots: Some(15_000),
+                room_size: Some(30),
+                move_interval: Some(Duration::from_secs(1)),
+                duration: Some(Duration::from_secs(20)),
+                ..Self::default()
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Opts {
+        Opts::try_parse_from(std::iter::once("loadtest").chain(args.iter().copied()))
+            .expect("options parse")
+    }
+
+    #[test]
+    fn defaults() {
+        let plan = opts(&[]).plan().unwrap();
+        assert_eq!(plan.bots, 100);
+        assert_eq!(plan.room_size, 30);
+        assert_eq!(plan.rooms, 4);
+        assert_eq!(plan.move_interval_ms, 1_000);
+        assert_eq!(plan.movement, Movement::Walk);
+        assert_eq!(plan.chat_interval_ms, None);
+        assert_eq!(plan.processes, 1);
+        assert_eq!(plan.target.port, 3000);
+        assert_eq!(plan.target.path, "/ws");
+    }
+
+    #[test]
+    fn presets() {
+        let p = opts(&["--preset", "xmpp-1500"]).plan().unwrap();
+        assert_eq!((p.bots, p.rooms, p.room_size), (1_500, 50, 30));
+        assert_eq!(p.move_interval_ms, 8_000);
+        assert_eq!(p.movement, Movement::Wander);
+
+        let p = opts(&["--preset", "xmpp-1000"]).plan().unwrap();
+        assert_eq!((p.bots, p.rooms, p.room_size), (1_000, 50, 20));
+        assert_eq!(p.movement, Movement::Wander);
+
+        let p = opts(&["--preset", "rush", "--bots", "5000"])
+            .plan()
+            .unwrap();
+        assert_eq!((p.bots, p.room_size, p.rooms), (5_000, 30, 167));
+        assert_eq!(p.move_interval_ms, 1_000);
+
+        let p = opts(&["--preset", "rush"]).plan().unwrap();
+        assert_eq!(p.bots, 15_000);
+        assert_eq!(p.processes, 1);
+
+        // Explicit options win over the preset.
+        let p = opts(&[
+            "--preset",
+            "xmpp-1500",
+            "--movement",
+            "walk",
+            "--duration",
+            "30s",
+        ])
+        .plan()
+        .unwrap();
+        assert_eq!(p.movement, Movement::Walk);
+        assert_eq!(p.duration_ms, 30_000);
+    }
+
+    #[test]
+    fn rooms_or_room_size() {
+        let p = opts(&["--bots", "95", "--rooms", "10"]).plan().unwrap();
+        assert_eq!((p.rooms, p.room_size), (10, 10));
+        let p = opts(&["--bots", "95", "--room-size", "10"]).plan().unwrap();
+        assert_eq!((p.rooms, p.room_size), (10, 10));
+        assert!(Opts::try_parse_from(["loadtest", "--rooms", "2", "--room-size", "3"]).is_err());
+    }
+
+    #[test]
+    fn processes_split_by_open_file_limit() {
+        let p = opts(&["--bots", "40000"]).plan().unwrap();
+        assert_eq!(p.processes, 3);
+        let p = opts(&["--bots", "10", "--processes", "4", "--room-size", "5"])
+            .plan()
+            .unwrap();
+        assert_eq!(p.processes, 2, "never more processes than rooms");
+    }
+
+    #[test]
+    fn source_addr_ranges() {
+        let a: SourceAddrs = "127.0.0.1-127.0.0.3".parse().unwrap();
+        assert_eq!(
+            a.0,
+            vec![
+                Ipv4Addr::new(127, 0, 0, 1),
+                Ipv4Addr::new(127, 0, 0, 2),
+                Ipv4Addr::new(127, 0, 0, 3)
+            ]
+        );
+        let a: SourceAddrs = "127.0.0.9, 127.0.0.255-127.0.1.1".parse().unwrap();
+        assert_eq!(a.0.len(), 4);
+        assert_eq!(a.0[3], Ipv4Addr::new(127, 0, 1, 1));
+        assert!("10.0.0.1".parse::<SourceAddrs>().is_err());
+        assert!("127.0.0.5-127.0.0.1".parse::<SourceAddrs>().is_err());
+        assert!("127.0.0.1-127.255.255.255".parse::<SourceAddrs>().is_err());
+        assert!("".parse::<SourceAddrs>().is_err());
+        let p = opts(&["--source-addrs", "127.0.0.1-127.0.0.8"])
+            .plan()
+            .unwrap();
+        assert_eq!(p.source_addrs.len(), 8);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("1s").unwrap(), Duration::from_secs(1));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("1.5").unwrap(), Duration::from_millis(1_500));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert!(parse_duration("1 fortnight").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn refuses_remote_targets() {
+        assert!(opts(&["--url", "ws://example.com:3000/ws"]).plan().is_err());
+        assert!(opts(&["--url", "ws://10.0.0.1:3000/ws"]).plan().is_err());
+        assert!(opts(&["--url", "ws://localhost:3000/ws"]).plan().is_ok());
+        assert!(opts(&["--url", "ws://[::1]:3000/ws"]).plan().is_ok());
+        assert!(opts(&["--url", "ws://127.1.2.3:9/ws"]).plan().is_ok());
+        assert!(
+            opts(&["--url", "wss://127.0.0.1/ws"]).plan().is_err(),
+            "no TLS support"
+        );
+    }
+
+    #[test]
+    fn help_documents_every_option() {
+        use clap::CommandFactory as _;
+        let cmd = Opts::command();
+        for arg in cmd.get_arguments() {
+            if arg.is_hide_set() || ["help", "version"].contains(&arg.get_id().as_str()) {
+                continue;
+            }
+            assert!(arg.get_help().is_some(), "--{} has no help", arg.get_id());
+        }
+        cmd.debug_assert();
+    }
+}

@@ -1,0 +1,343 @@
+//! The resolved plan of a run (what every process needs to take part), the
+//! server it targets, and the schedule: when each bot connects, when the
+//! measured window opens and closes.
+//!
+//! A plan is plain data (serde), so the parent of `--processes` hands it to
+//! its children as JSON together with a wall-clock start; every process
+//! derives the same schedule from it.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::ops::Range;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::{Context as _, bail, ensure};
+use serde::{Deserialize, Serialize};
+
+use crate::opts::Movement;
+
+/// Time after the window closes during which bots still receive (but no
+/// longer send), so deliveries in flight are counted: 1 s plus two ticks of
+/// up to 250 ms.
+pub const DEFAULT_DRAIN_MS: u64 = 1_500;
+
+/// Everything a process needs to run its share of the bots.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub target: Target,
+    /// All bots of the run, over all processes.
+    pub bots: u32,
+    /// All rooms of the run.
+    pub rooms: u32,
+    /// Bots per room (the last room may hold fewer).
+    pub room_size: u32,
+    /// Requested; a bot uses the larger of this and the server's limit.
+    pub move_interval_ms: u64,
+    pub movement: Movement,
+    pub chat_interval_ms: Option<u64>,
+    pub duration_ms: u64,
+    pub ramp_per_s: u32,
+    pub warmup_ms: u64,
+    pub drain_ms: u64,
+    /// Empty: the kernel picks the source address.
+    pub source_addrs: Vec<Ipv4Addr>,
+    pub processes: u32,
+    /// Part of every room name, so two runs never share a room.
+    pub run_tag: String,
+    /// Wall-clock time of the schedule's origin, ms since the Unix epoch
+    /// (0: now, for a process that runs alone).
+    pub start_unix_ms: u64,
+    /// The rooms this process runs (all of them unless a child).
+    pub room_range: Range<u32>,
+}
+
+impl Plan {
+    /// Name of room `index` (at most 32 characters of `[A-Za-z0-9_.-]`).
+    pub fn room_name(&self, index: u32) -> String {
+        format!("lt-{}-{index}", self.run_tag)
+    }
+
+    /// The global indices of the bots in room `index`.
+    pub fn bots_in_room(&self, index: u32) -> Range<u32> {
+        let first = index.saturating_mul(self.room_size).min(self.bots);
+        let end = first.saturating_add(self.room_size).min(self.bots);
+        first..end
+    }
+
+    /// Bots this process runs.
+    pub fn local_bots(&self) -> u32 {
+        self.room_range
+            .clone()
+            .map(|r| self.bots_in_room(r).len() as u32)
+            .sum()
+    }
+
+    /// Splits the rooms into `processes` contiguous ranges holding about the
+    /// same number of bots (whole rooms each, so a move's receivers are in
+    /// its sender's process).
+    pub fn split(&self) -> Vec<Range<u32>> {
+        let n = self.processes.clamp(1, self.rooms.max(1));
+        let mut ranges = Vec::with_capacity(n as usize);
+        let mut first = 0;
+        for k in 1..=n {
+            // Rooms before the k-th cut: a whole number near k/n of them.
+            let end = (u64::from(self.rooms) * u64::from(k) / u64::from(n)) as u32;
+            ranges.push(first..end);
+            first = end;
+        }
+        ranges
+    }
+
+    /// The schedule, anchored at `start_unix_ms` (or now).
+    pub fn schedule(&self) -> Schedule {
+        let now = Instant::now();
+        let origin = if self.start_unix_ms == 0 {
+            now
+        } else {
+            let now_ms = unix_ms(SystemTime::now());
+            if self.start_unix_ms >= now_ms {
+                now + Duration::from_millis(self.start_unix_ms - now_ms)
+            } else {
+                now.checked_sub(Duration::from_millis(now_ms - self.start_unix_ms))
+                    .unwrap_or(now)
+            }
+        };
+        let ramp =
+            Duration::from_secs_f64(f64::from(self.bots) / f64::from(self.ramp_per_s.max(1)));
+        let window_start = origin + ramp + Duration::from_millis(self.warmup_ms);
+        let window_end = window_start + Duration::from_millis(self.duration_ms);
+        Schedule {
+            origin,
+            ramp_per_s: self.ramp_per_s.max(1),
+            ramp_end: origin + ramp,
+            window_start,
+            window_end,
+            drain_end: window_end + Duration::from_millis(self.drain_ms),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// A short tag unique enough to keep concurrent runs apart.
+pub fn run_tag() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let mut rng = crate::bot::SplitMix::new(nanos ^ (u64::from(std::process::id()) << 32));
+    format!("{:06x}", rng.next_u64() & 0xff_ffff)
+}
+
+/// When things happen, on this process's monotonic clock.
+#[derive(Clone, Copy, Debug)]
+pub struct Schedule {
+    pub origin: Instant,
+    ramp_per_s: u32,
+    pub ramp_end: Instant,
+    /// Moves sent from here on are counted...
+    pub window_start: Instant,
+    /// ...up to here; bots stop sending here.
+    pub window_end: Instant,
+    /// Bots stop receiving here; the tallies are read.
+    pub drain_end: Instant,
+}
+
+impl Schedule {
+    /// When bot number `index` (global) opens its connection.
+    pub fn connect_at(&self, index: u32) -> Instant {
+        self.origin + Duration::from_secs_f64(f64::from(index) / f64::from(self.ramp_per_s))
+    }
+
+    /// Whether a move sent at `at` is counted.
+    pub fn in_window(&self, at: Instant) -> bool {
+        self.window_start <= at && at < self.window_end
+    }
+
+    /// Length of the measured window.
+    pub fn window(&self) -> Duration {
+        self.window_end - self.window_start
+    }
+}
+
+/// The server a run targets: a `ws://` URL on a loopback host (unless
+/// allowed otherwise).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    pub url: String,
+    pub host: String,
+    pub port: u16,
+    pub path: String,
+    pub allow_remote: bool,
+}
+
+impl Target {
+    /// Parses `ws://host[:port][/path]`; refuses hosts that are not loopback
+    /// unless `allow_remote`.
+    pub fn parse(url: &str, allow_remote: bool) -> anyhow::Result<Self> {
+        let rest = match url.split_once("://") {
+            Some(("ws", rest)) => rest,
+            Some((scheme, _)) => bail!("--url {url}: scheme {scheme:?} not supported, use ws://"),
+            None => bail!("--url {url}: expected ws://host:port/path"),
+        };
+        let (authority, path) = match rest.find('/') {
+            Some(i) => rest.split_at(i),
+            None => (rest, "/"),
+        };
+        let (host, port) = if let Some(v6) = authority.strip_prefix('[') {
+            let (host, after) = v6
+                .split_once(']')
+                .with_context(|| format!("--url {url}: unterminated [ipv6] host"))?;
+            let port = match after.strip_prefix(':') {
+                Some(p) => p
+                    .parse()
+                    .with_context(|| format!("--url {url}: bad port"))?,
+                None => 80,
+            };
+            (host.to_string(), port)
+        } else {
+            match authority.rsplit_once(':') {
+                Some((h, p)) => (
+                    h.to_string(),
+                    p.parse()
+                        .with_context(|| format!("--url {url}: bad port"))?,
+                ),
+                None => (authority.to_string(), 80),
+            }
+        };
+        ensure!(!host.is_empty(), "--url {url}: no host");
+        let target = Self {
+            url: url.to_string(),
+            host,
+            port,
+            path: path.to_string(),
+            allow_remote,
+        };
+        if !allow_remote {
+            ensure!(
+                target.loopback_ip().is_some(),
+                "--url {url}: {} is not a loopback address; this tool only targets this machine \
+                 (pass --allow-remote to override)",
+                target.host
+            );
+        }
+        Ok(target)
+    }
+
+    fn loopback_ip(&self) -> Option<IpAddr> {
+        if self.host.eq_ignore_ascii_case("localhost") {
+            return Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
+        }
+        let ip: IpAddr = self.host.parse().ok()?;
+        ip.is_loopback().then_some(ip)
+    }
+
+    /// The socket address to connect to.
+    pub async fn resolve(&self) -> anyhow::Result<SocketAddr> {
+        if let Some(ip) = self.loopback_ip() {
+            return Ok(SocketAddr::new(ip, self.port));
+        }
+        ensure!(self.allow_remote, "{} is not a loopback address", self.host);
+        let mut addrs = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::net::lookup_host((self.host.as_str(), self.port)),
+        )
+        .await
+        .with_context(|| format!("resolving {} timed out", self.host))?
+        .with_context(|| format!("resolving {}", self.host))?;
+        addrs
+            .next()
+            .with_context(|| format!("{} has no address", self.host))
+    }
+
+    /// `host:port` as written in an HTTP `Host` header.
+    pub fn authority(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(bots: u32, room_size: u32, processes: u32) -> Plan {
+        let rooms = bots.div_ceil(room_size);
+        Plan {
+            target: Target::parse("ws://127.0.0.1:3000/ws", false).unwrap(),
+            bots,
+            rooms,
+            room_size,
+            move_interval_ms: 1000,
+            movement: Movement::Walk,
+            chat_interval_ms: None,
+            duration_ms: 1000,
+            ramp_per_s: 1000,
+            warmup_ms: 0,
+            drain_ms: 0,
+            source_addrs: vec![],
+            processes,
+            run_tag: "t".into(),
+            start_unix_ms: 0,
+            room_range: 0..rooms,
+        }
+    }
+
+    #[test]
+    fn split_keeps_rooms_whole_and_covers_all() {
+        let p = plan(1_000, 30, 3);
+        let ranges = p.split();
+        assert_eq!(ranges.len(), 3);
+        assert_eq!(ranges[0].start, 0);
+        assert_eq!(ranges[2].end, p.rooms);
+        for w in ranges.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+        }
+        let total: u32 = ranges
+            .iter()
+            .map(|r| {
+                Plan {
+                    room_range: r.clone(),
+                    ..p.clone()
+                }
+                .local_bots()
+            })
+            .sum();
+        assert_eq!(total, 1_000);
+        assert_eq!(p.bots_in_room(33), 990..1_000, "last room holds the rest");
+    }
+
+    #[test]
+    fn schedule_is_shared_through_wall_clock() {
+        let mut p = plan(100, 10, 1);
+        p.start_unix_ms = unix_ms(SystemTime::now()) + 500;
+        let s = p.schedule();
+        let ahead = s.origin - Instant::now();
+        assert!(ahead <= Duration::from_millis(500) && ahead >= Duration::from_millis(400));
+        assert_eq!(s.ramp_end - s.origin, Duration::from_millis(100));
+        assert!(s.in_window(s.window_start));
+        assert!(!s.in_window(s.window_end));
+        assert_eq!(s.connect_at(50) - s.origin, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn urls() {
+        let t = Target::parse("ws://[::1]:4000/x/ws", false).unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.path.as_str()),
+            ("::1", 4000, "/x/ws")
+        );
+        assert_eq!(t.authority(), "[::1]:4000");
+        let t = Target::parse("ws://localhost", false).unwrap();
+        assert_eq!((t.port, t.path.as_str()), (80, "/"));
+        assert!(Target::parse("ws://192.168.1.2:3000/ws", false).is_err());
+        assert!(Target::parse("ws://192.168.1.2:3000/ws", true).is_ok());
+    }
+}

@@ -1,0 +1,296 @@
+//! The reports: what a person reads at the end (Display) and the same as
+//! JSON (`--json`). Built from a merged [`Tally`], the server's usage and
+//! the plan; every derived figure is computed here, once.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+
+use crate::opts::Movement;
+use crate::plan::Plan;
+use crate::scrape::ServerUsage;
+use crate::stats::Tally;
+
+/// Latency percentiles, milliseconds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+}
+
+impl Percentiles {
+    /// From a histogram of µs.
+    pub fn of(h: &Histogram<u64>) -> Self {
+        let ms = |us: u64| us as f64 / 1_000.0;
+        if h.is_empty() {
+            return Self::default();
+        }
+        Self {
+            p50: ms(h.value_at_quantile(0.50)),
+            p90: ms(h.value_at_quantile(0.90)),
+            p99: ms(h.value_at_quantile(0.99)),
+            p999: ms(h.value_at_quantile(0.999)),
+            max: ms(h.max()),
+        }
+    }
+}
+
+/// What the load tester itself spent (it shares the machine).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SelfUsage {
+    /// CPU time over the window's wall time, all processes; 100 is one core.
+    pub cpu_percent: f64,
+    /// CPU µs per update received.
+    pub cpu_us_per_update: Option<f64>,
+    pub rss_bytes: u64,
+    pub processes: u32,
+}
+
+/// The load scenario's report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LoadReport {
+    pub url: String,
+    pub bots: u64,
+    /// Bots in their room at the end of the window.
+    pub connected: u64,
+    /// Bots in their room when the window opened.
+    pub connected_at_start: u64,
+    pub connect_failures: u64,
+    pub rooms: u32,
+    pub room_size: u32,
+    pub movement: Movement,
+    pub move_interval_ms: u64,
+    pub chat_interval_ms: Option<u64>,
+    pub warmup_s: f64,
+    pub duration_s: f64,
+    pub moves_sent: u64,
+    /// In-window moves the server applied (they came back to their sender).
+    pub moves_applied: u64,
+    pub moves_per_s: f64,
+    pub updates_expected: u64,
+    pub updates_received: u64,
+    pub updates_per_s: f64,
+    /// received / expected (1 when nothing was expected).
+    pub delivery_rate: f64,
+    pub duplicates: u64,
+    /// Move sent to update received by another bot, same clock.
+    pub latency_ms: Percentiles,
+    /// Move sent to the same move back at its sender (server apply + tick).
+    pub echo_latency_ms: Percentiles,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub bytes_in_per_s: f64,
+    pub bytes_out_per_s: f64,
+    /// bytes_in / updates_received.
+    pub bytes_per_update: f64,
+    pub frames_in: u64,
+    pub frames_out: u64,
+    pub chats_sent: u64,
+    pub chats_received: u64,
+    /// Read from the server's /metrics at the start and end of the window;
+    /// absent when it could not be read.
+    pub server: Option<ServerUsage>,
+    pub loadtest: SelfUsage,
+    pub errors: BTreeMap<String, u64>,
+}
+
+impl LoadReport {
+    pub fn new(plan: &Plan, tally: &Tally, server: Option<ServerUsage>, processes: u32) -> Self {
+        let c = &tally.counts;
+        let duration_s = plan.duration_ms as f64 / 1_000.0;
+        let per_s = |n: u64| {
+            if duration_s > 0.0 {
+                n as f64 / duration_s
+            } else {
+                0.0
+            }
+        };
+        Self {
+            url: plan.target.url.clone(),
+            bots: u64::from(plan.bots),
+            connected: tally.connected,
+            connected_at_start: tally.connected_at_start,
+            connect_failures: tally.connect_failures(),
+            rooms: plan.rooms,
+            room_size: plan.room_size,
+            movement: plan.movement,
+            move_interval_ms: plan.move_interval_ms,
+            chat_interval_ms: plan.chat_interval_ms,
+            warmup_s: plan.warmup_ms as f64 / 1_000.0,
+            duration_s,
+            moves_sent: c.moves_sent,
+            moves_applied: c.moves_applied,
+            moves_per_s: per_s(c.moves_sent),
+            updates_expected: c.updates_expected,
+            updates_received: c.updates_received,
+            updates_per_s: per_s(c.updates_received),
+            delivery_rate: if c.updates_expected == 0 {
+                1.0
+            } else {
+                c.updates_received as f64 / c.updates_expected as f64
+            },
+            duplicates: c.duplicates,
+            latency_ms: Percentiles::of(&tally.latency_histogram()),
+            echo_latency_ms: Percentiles::of(&tally.echo_histogram()),
+            bytes_in: c.bytes_in,
+            bytes_out: c.bytes_out,
+            bytes_in_per_s: per_s(c.bytes_in),
+            bytes_out_per_s: per_s(c.bytes_out),
+            bytes_per_update: if c.updates_received == 0 {
+                0.0
+            } else {
+                c.bytes_in as f64 / c.updates_received as f64
+            },
+            frames_in: c.frames_in,
+            frames_out: c.frames_out,
+            chats_sent: c.chats_sent,
+            chats_received: c.chats_received,
+            server,
+            loadtest: SelfUsage {
+                cpu_percent: if duration_s > 0.0 {
+                    100.0 * tally.cpu_seconds / duration_s
+                } else {
+                    0.0
+                },
+                cpu_us_per_update: (c.updates_received > 0)
+                    .then(|| tally.cpu_seconds * 1e6 / c.updates_received as f64),
+                rss_bytes: tally.rss_bytes,
+                processes,
+            },
+            errors: tally.errors.clone(),
+        }
+    }
+}
+
+/// `1.2 MB`, `640 B`.
+pub fn bytes(n: f64) -> String {
+    match n {
+        n if n >= 1e9 => format!("{:.2} GB", n / 1e9),
+        n if n >= 1e6 => format!("{:.2} MB", n / 1e6),
+        n if n >= 1e3 => format!("{:.1} kB", n / 1e3),
+        n => format!("{n:.0} B"),
+    }
+}
+
+fn opt<T>(v: Option<T>, f: impl FnOnce(T) -> String) -> String {
+    v.map(f).unwrap_or_else(|| "n/a".into())
+}
+
+impl fmt::Display for Percentiles {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "p50 {:.2}  p90 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+            self.p50, self.p90, self.p99, self.p999, self.max
+        )
+    }
+}
+
+/// Errors as `kind n, kind n` or `none`.
+pub fn errors_line(errors: &BTreeMap<String, u64>) -> String {
+    if errors.is_empty() {
+        return "none".into();
+    }
+    errors
+        .iter()
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+impl fmt::Display for LoadReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let movement = match self.movement {
+            Movement::Walk => "walk",
+            Movement::Wander => "wander",
+        };
+        writeln!(
+            f,
+            "amble load test: {} bots in {} rooms of up to {}, {movement}, a move every {:.1} s{}, \
+             {:.0} s measured after {:.0} s warm-up ({})",
+            self.bots,
+            self.rooms,
+            self.room_size,
+            self.move_interval_ms as f64 / 1_000.0,
+            opt(self.chat_interval_ms, |ms| format!(
+                ", a chat every {:.1} s",
+                ms as f64 / 1e3
+            ))
+            .replace("n/a", ""),
+            self.duration_s,
+            self.warmup_s,
+            self.url,
+        )?;
+        writeln!(
+            f,
+            "  connected     {} of {} ({} at window start, {} failed to connect)",
+            self.connected, self.bots, self.connected_at_start, self.connect_failures
+        )?;
+        writeln!(
+            f,
+            "  moves         {} sent ({:.0}/s), {} applied by the server",
+            self.moves_sent, self.moves_per_s, self.moves_applied
+        )?;
+        writeln!(
+            f,
+            "  delivery      {:.4}%: {} of {} updates received ({:.0}/s), {} duplicates",
+            self.delivery_rate * 100.0,
+            self.updates_received,
+            self.updates_expected,
+            self.updates_per_s,
+            self.duplicates
+        )?;
+        writeln!(f, "  latency ms    {}", self.latency_ms)?;
+        writeln!(
+            f,
+            "  echo ms       {}  (own move back at its sender)",
+            self.echo_latency_ms
+        )?;
+        writeln!(
+            f,
+            "  bandwidth     in {} ({}/s, {:.1} B per update), out {} ({}/s)",
+            bytes(self.bytes_in as f64),
+            bytes(self.bytes_in_per_s),
+            self.bytes_per_update,
+            bytes(self.bytes_out as f64),
+            bytes(self.bytes_out_per_s)
+        )?;
+        if self.chats_sent > 0 || self.chats_received > 0 {
+            writeln!(
+                f,
+                "  chat          {} sent, {} received",
+                self.chats_sent, self.chats_received
+            )?;
+        }
+        match &self.server {
+            Some(s) => writeln!(
+                f,
+                "  server        cpu {} of a core ({} µs per update), rss {} ({} per connection)",
+                opt(s.cpu_percent, |p| format!("{p:.1}%")),
+                opt(s.cpu_us_per_update, |u| format!("{u:.2}")),
+                opt(s.rss_bytes, |b| bytes(b as f64)),
+                opt(s.rss_bytes_per_connection, bytes),
+            )?,
+            None => writeln!(f, "  server        /metrics not available")?,
+        }
+        writeln!(
+            f,
+            "  loadtest      cpu {:.1}% of a core ({} µs per update), rss {}, {} process{}",
+            self.loadtest.cpu_percent,
+            opt(self.loadtest.cpu_us_per_update, |u| format!("{u:.2}")),
+            bytes(self.loadtest.rss_bytes as f64),
+            self.loadtest.processes,
+            if self.loadtest.processes == 1 {
+                ""
+            } else {
+                "es"
+            }
+        )?;
+        write!(f, "  errors        {}", errors_line(&self.errors))
+    }
+}

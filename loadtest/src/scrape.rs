@@ -1,0 +1,263 @@
+//! Reading the server's `GET /metrics` (Prometheus or OpenMetrics text) at
+//! the edges of the measured window, and what the server spent in between.
+//!
+//! A plain HTTP/1.0 request on a fresh connection, bounded in time and size:
+//! no HTTP client is needed for one small GET on loopback.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail, ensure};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+
+use crate::plan::Target;
+
+/// Bound on a whole scrape: connect, request, response.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+/// Bound on a response's size.
+const MAX_RESPONSE_BYTES: u64 = 8 << 20;
+
+/// One reading of the server's metrics: each metric name summed over its
+/// label sets.
+#[derive(Clone, Debug, Default)]
+pub struct Sample {
+    pub at: Option<Instant>,
+    values: HashMap<String, f64>,
+}
+
+impl Sample {
+    /// Parses exposition text: `name value`, `name{labels} value`, an
+    /// optional timestamp after; `#` lines (and `# EOF`) skipped.
+    pub fn parse(text: &str) -> Self {
+        let mut values: HashMap<String, f64> = HashMap::new();
+        for line in text.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let (name, rest) = match line.find(['{', ' ', '\t']) {
+                Some(i) if line.as_bytes()[i] == b'{' => match closing_brace(&line[i..]) {
+                    Some(end) => (&line[..i], &line[i + end + 1..]),
+                    None => continue,
+                },
+                Some(i) => (&line[..i], &line[i..]),
+                None => continue,
+            };
+            let Some(value) = rest.split_whitespace().next() else {
+                continue;
+            };
+            let value = match value {
+                "+Inf" => f64::INFINITY,
+                "-Inf" => f64::NEG_INFINITY,
+                v => match v.parse::<f64>() {
+                    Ok(v) => v,
+                    Err(_) => continue,
+                },
+            };
+            *values.entry(name.to_string()).or_default() += value;
+        }
+        Self { at: None, values }
+    }
+
+    /// A metric by name, with or without the `_total` suffix of counters.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        let bare = name.strip_suffix("_total").unwrap_or(name);
+        [name.to_string(), format!("{bare}_total"), bare.to_string()]
+            .iter()
+            .find_map(|n| self.values.get(n).copied())
+    }
+}
+
+/// Index of the `}` closing the label set that `s` starts with, skipping
+/// quoted label values.
+fn closing_brace(s: &str) -> Option<usize> {
+    let mut quoted = false;
+    let mut escaped = false;
+    for (i, c) in s.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '}' if !quoted => return Some(i),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Fetches and parses `GET /metrics` from the server behind `target`.
+pub async fn scrape(target: &Target) -> anyhow::Result<Sample> {
+    let addr = target.resolve().await?;
+    let body = tokio::time::timeout(SCRAPE_TIMEOUT, get(addr, &target.authority(), "/metrics"))
+        .await
+        .context("GET /metrics timed out")??;
+    let mut sample = Sample::parse(&body);
+    sample.at = Some(Instant::now());
+    Ok(sample)
+}
+
+async fn get(addr: std::net::SocketAddr, host: &str, path: &str) -> anyhow::Result<String> {
+    let mut stream = TcpStream::connect(addr).await?;
+    let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await?;
+    let mut response = Vec::new();
+    (&mut stream)
+        .take(MAX_RESPONSE_BYTES)
+        .read_to_end(&mut response)
+        .await?;
+    let text = String::from_utf8_lossy(&response);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .context("malformed HTTP response")?;
+    let status = head.split_whitespace().nth(1).unwrap_or("");
+    ensure!(status == "200", "GET {path} answered {status}");
+    let chunked = head.lines().any(|l| {
+        l.to_ascii_lowercase()
+            .replace(' ', "")
+            .starts_with("transfer-encoding:chunked")
+    });
+    if chunked {
+        dechunk(body)
+    } else {
+        Ok(body.to_string())
+    }
+}
+
+fn dechunk(mut body: &str) -> anyhow::Result<String> {
+    let mut out = String::new();
+    loop {
+        let (size, rest) = body.split_once("\r\n").context("truncated chunk")?;
+        let size = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+            .context("bad chunk size")?;
+        if size == 0 {
+            return Ok(out);
+        }
+        if rest.len() < size {
+            bail!("truncated chunk");
+        }
+        out.push_str(&rest[..size]);
+        body = rest[size..].strip_prefix("\r\n").unwrap_or(&rest[size..]);
+    }
+}
+
+/// What the server spent over a window, from two samples.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerUsage {
+    /// CPU time over wall time; 100 is one core.
+    pub cpu_percent: Option<f64>,
+    /// Server CPU time per update delivered to a bot, µs.
+    pub cpu_us_per_update: Option<f64>,
+    /// Resident memory at the end of the window.
+    pub rss_bytes: Option<u64>,
+    /// Resident memory the connections added (end of window less before the
+    /// first bot connected), per open connection: meaningful on a freshly
+    /// started server (its allocator keeps what earlier runs freed).
+    pub rss_bytes_per_connection: Option<f64>,
+    /// The server's own gauge of open connections at the end of the window.
+    pub connections: Option<u64>,
+    /// Counter deltas over the window.
+    pub moves_received: Option<u64>,
+    pub moves_applied: Option<u64>,
+    pub frames_sent: Option<u64>,
+    pub bytes_sent: Option<u64>,
+    pub resyncs: Option<u64>,
+}
+
+impl ServerUsage {
+    /// `before` is from before the first bot connected; `start` and `end`
+    /// bracket the window; `updates` is the updates delivered in it.
+    pub fn between(before: Option<&Sample>, start: &Sample, end: &Sample, updates: u64) -> Self {
+        let delta = |name: &str| Some(end.get(name)? - start.get(name)?);
+        let counter = |name: &str| delta(name).map(|d| d.max(0.0).round() as u64);
+        let wall = match (start.at, end.at) {
+            (Some(a), Some(b)) => b.duration_since(a).as_secs_f64(),
+            _ => 0.0,
+        };
+        let cpu = delta("amble_process_cpu_seconds_total");
+        let rss = end.get("amble_process_resident_memory_bytes");
+        let connections = end.get("amble_connections");
+        let rss_before = before.and_then(|b| b.get("amble_process_resident_memory_bytes"));
+        Self {
+            cpu_percent: cpu.filter(|_| wall > 0.0).map(|c| 100.0 * c / wall),
+            cpu_us_per_update: cpu
+                .filter(|_| updates > 0)
+                .map(|c| c * 1e6 / updates as f64),
+            rss_bytes: rss.map(|r| r as u64),
+            rss_bytes_per_connection: match (rss, connections) {
+                // An allocator keeps what earlier runs freed: no growth says nothing.
+                (Some(rss), Some(n)) if n > 0.0 && rss > rss_before.unwrap_or(0.0) => {
+                    Some((rss - rss_before.unwrap_or(0.0)) / n)
+                }
+                _ => None,
+            },
+            connections: connections.map(|n| n as u64),
+            moves_received: counter("amble_moves_received_total"),
+            moves_applied: counter("amble_moves_applied_total"),
+            frames_sent: counter("amble_frames_sent_total"),
+            bytes_sent: counter("amble_bytes_sent_total"),
+            resyncs: counter("amble_resyncs_total"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TEXT: &str = "\
+# HELP amble_process_cpu_seconds Total CPU.
+# TYPE amble_process_cpu_seconds counter
+amble_process_cpu_seconds_total 12.5
+amble_process_resident_memory_bytes 1.5e7
+amble_connections 100
+amble_frames_sent_total{kind=\"motion\"} 900
+amble_frames_sent_total{kind=\"body\",note=\"a } b\"} 100 1700000000000
+amble_bytes_sent_total{} 5000
+garbage line
+# EOF
+";
+
+    #[test]
+    fn parses_openmetrics_and_labels() {
+        let s = Sample::parse(TEXT);
+        assert_eq!(s.get("amble_process_cpu_seconds_total"), Some(12.5));
+        assert_eq!(s.get("amble_process_cpu_seconds"), Some(12.5));
+        assert_eq!(s.get("amble_process_resident_memory_bytes"), Some(15e6));
+        assert_eq!(s.get("amble_frames_sent_total"), Some(1000.0));
+        assert_eq!(s.get("amble_frames_sent"), Some(1000.0));
+        assert_eq!(s.get("amble_bytes_sent_total"), Some(5000.0));
+        assert_eq!(s.get("amble_connections"), Some(100.0));
+        assert_eq!(s.get("garbage"), None);
+    }
+
+    #[test]
+    fn usage_over_a_window() {
+        let t0 = Instant::now();
+        let mut start =
+            Sample::parse("amble_process_cpu_seconds_total 10\namble_frames_sent_total 5\n");
+        start.at = Some(t0);
+        let mut end = Sample::parse(
+            "amble_process_cpu_seconds_total 12\namble_frames_sent_total 105\n\
+             amble_process_resident_memory_bytes 3000000\namble_connections 1000\n",
+        );
+        end.at = Some(t0 + Duration::from_secs(4));
+        let before = Sample::parse("amble_process_resident_memory_bytes 1000000\n");
+        let u = ServerUsage::between(Some(&before), &start, &end, 1_000_000);
+        assert_eq!(u.cpu_percent, Some(50.0));
+        assert_eq!(u.cpu_us_per_update, Some(2.0));
+        assert_eq!(u.rss_bytes_per_connection, Some(2000.0));
+        assert_eq!(u.frames_sent, Some(100));
+        assert_eq!(u.moves_applied, None);
+    }
+
+    #[test]
+    fn chunked_bodies() {
+        assert_eq!(
+            dechunk("5\r\nhello\r\n6;x=1\r\n world\r\n0\r\n\r\n").unwrap(),
+            "hello world"
+        );
+        assert!(dechunk("5\r\nhel").is_err());
+    }
+}
