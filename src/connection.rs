@@ -163,12 +163,29 @@ impl Connection {
         let mut keepalive = tokio::time::interval(ping_every.min(idle_timeout));
         keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
         keepalive.reset();
+        // Futures that live across iterations are made once: re-creating
+        // them every turn would register and drop waiters each time.
         let shutdown = self.shared.shutdown.clone();
+        let cancelled = shutdown.cancelled();
+        tokio::pin!(cancelled);
+        let mut armed: Option<Instant> = None;
+        let deferral = sleep_until(Instant::now());
+        tokio::pin!(deferral);
         loop {
-            let deferred_at = self.deferred.as_ref().map(|d| d.at);
+            let due = self.deferred.as_ref().map(|d| d.at);
+            if due != armed {
+                if let Some(at) = due {
+                    deferral.as_mut().reset(at);
+                }
+                armed = due;
+            }
             let step = tokio::select! {
                 biased;
-                () = shutdown.cancelled() => Err(End::Shutdown),
+                () = &mut cancelled => Err(End::Shutdown),
+                // The room before the socket: with `biased`, a ready frame
+                // is sent without first polling the socket again. A room
+                // yields at most a few frames a tick, so reads never starve.
+                delivery = recv_room(&mut self.membership) => self.on_delivery(delivery).await,
                 msg = self.socket.recv() => match msg {
                     Some(Ok(msg)) => {
                         self.last_inbound = Instant::now();
@@ -177,8 +194,8 @@ impl Connection {
                     Some(Err(err)) => self.on_socket_error(err).await,
                     None => Err(End::Gone),
                 },
-                delivery = recv_room(&mut self.membership) => self.on_delivery(delivery).await,
-                () = sleep_until(deferred_at.unwrap_or_else(Instant::now)), if deferred_at.is_some() => {
+                () = &mut deferral, if armed.is_some() => {
+                    armed = None;
                     self.apply_deferred();
                     Ok(())
                 }
