@@ -27,6 +27,7 @@ use crate::throttle::{Admit, Budget, Gcra, Verdict};
 pub mod close {
     pub const NORMAL: u16 = 1000;
     pub const GOING_AWAY: u16 = 1001;
+    pub const PROTOCOL_ERROR: u16 = 1002;
     pub const UNSUPPORTED: u16 = 1003;
     pub const INVALID_PAYLOAD: u16 = 1007;
     pub const POLICY: u16 = 1008;
@@ -231,6 +232,18 @@ impl Connection {
             return Err(End::Refused {
                 code: close::TOO_BIG,
                 reason: "message too big",
+            });
+        }
+        if let Some(tungstenite::Error::Protocol(violation)) =
+            inner.downcast_ref::<tungstenite::Error>()
+        {
+            // Broken WebSocket framing (an unmasked frame, a bad opcode...):
+            // no Error message can be trusted to arrive, just the close.
+            debug!(%violation, "WebSocket protocol violation");
+            self.shared.metrics.reject(ErrorCode::Malformed);
+            return Err(End::Refused {
+                code: close::PROTOCOL_ERROR,
+                reason: "WebSocket protocol violation",
             });
         }
         debug!(err = %inner, "socket error");

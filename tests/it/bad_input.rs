@@ -326,3 +326,20 @@ async fn repeated_bad_input_is_a_flood() {
     assert_eq!(c.expect_close().await, 1008);
     room.still_serves().await;
 }
+
+#[tokio::test]
+async fn broken_websocket_framing_closes_with_1002() {
+    use tokio::io::AsyncWriteExt as _;
+    let mut room = Room::new(TestServer::with(fast_moves()).await).await;
+    let mut c = room.server.client().await;
+    // A client frame must be masked: this one is not.
+    let tokio_tungstenite::MaybeTlsStream::Plain(tcp) = c.ws.get_mut() else {
+        panic!("plain TCP expected")
+    };
+    tcp.write_all(&[0x82, 0x02, 0x22, 0x00])
+        .await
+        .expect("raw write");
+    assert_eq!(c.expect_close().await, 1002);
+    room.still_serves().await;
+    assert_eq!(room.rejected("malformed").await, 1.0);
+}
