@@ -68,11 +68,14 @@ async fn upgrade(
     let permit = Arc::clone(&shared.connection_slots)
         .try_acquire_owned()
         .ok();
-    let tracker = shared.sockets.clone();
+    // Counted by the tracker from now, not from when the upgrade completes,
+    // so a socket upgraded during shutdown is still waited for.
+    let tracked = shared.sockets.token();
+    let largest = largest_frame(&shared.config);
     ws.protocols([SUBPROTOCOL])
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(0)
-        .max_write_buffer_size(64 * 1024)
+        .max_write_buffer_size(largest)
         .max_message_size(hard_cap)
         .max_frame_size(hard_cap)
         .on_upgrade(move |socket| {
@@ -82,16 +85,22 @@ async fn upgrade(
                 room = tracing::field::Empty,
                 member = tracing::field::Empty
             );
-            tracker.track_future(
-                async move {
-                    match permit {
-                        Some(permit) => connection::run(socket, shared, permit).await,
-                        None => connection::refuse(socket, shared).await,
-                    }
+            async move {
+                match permit {
+                    Some(permit) => connection::run(socket, shared, permit).await,
+                    None => connection::refuse(socket, shared).await,
                 }
-                .instrument(span),
-            )
+                drop(tracked);
+            }
+            .instrument(span)
         })
+}
+
+/// The largest frame the server may have to write: a `Welcome` or `Resync`
+/// snapshot of a full room whose names use 4-byte characters throughout.
+fn largest_frame(config: &Config) -> usize {
+    let per_member = 4 * config.max_name_chars as usize + 64;
+    config.room_capacity as usize * per_member + 4 * 1024
 }
 
 #[derive(serde::Serialize)]

@@ -35,6 +35,10 @@ pub mod close {
     pub const TRY_AGAIN_LATER: u16 = 1013;
 }
 
+/// Join budget: a burst of `JOIN_BURST`, then one per `JOIN_INTERVAL`.
+const JOIN_INTERVAL: Duration = Duration::from_secs(1);
+const JOIN_BURST: u32 = 5;
+
 /// How a connection ended.
 #[derive(Debug)]
 enum End {
@@ -82,6 +86,8 @@ struct Connection {
     membership: Option<Membership>,
     moves: Budget,
     chats: Budget,
+    /// Joins: each one snapshots a room and tells all its members.
+    joins: Budget,
     /// Refused inputs; a client that keeps sending bad ones is closed.
     strikes: Gcra,
     deferred: Option<Deferred>,
@@ -108,6 +114,7 @@ pub async fn run(
             config.chat_burst,
             config.flood_factor,
         ),
+        joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
         strikes: Gcra::new(Duration::from_secs(1), 20),
         membership: None,
         deferred: None,
@@ -138,8 +145,10 @@ pub async fn run(
     if let Some((code, reason)) = end.close_frame() {
         conn.close(code, reason).await;
     }
-    shared.metrics.connections.dec();
+    // The slot frees before the gauge drops: a reader that sees the gauge
+    // fall can connect again.
     drop(permit);
+    shared.metrics.connections.dec();
 }
 
 /// Refuses a socket over the connection limit: an `Error` and close 1013.
@@ -183,10 +192,6 @@ impl Connection {
             let step = tokio::select! {
                 biased;
                 () = &mut cancelled => Err(End::Shutdown),
-                // The room before the socket: with `biased`, a ready frame
-                // is sent without first polling the socket again. A room
-                // yields at most a few frames a tick, so reads never starve.
-                delivery = recv_room(&mut self.membership) => self.on_delivery(delivery).await,
                 msg = self.socket.recv() => match msg {
                     Some(Ok(msg)) => {
                         self.last_inbound = Instant::now();
@@ -195,6 +200,10 @@ impl Connection {
                     Some(Err(err)) => self.on_socket_error(err).await,
                     None => Err(End::Gone),
                 },
+                // After the socket: moves, chat and joins are bounded by
+                // their budgets, so only a client flooding its own socket
+                // with pings delays its own frames (until it lags and resyncs).
+                delivery = recv_room(&mut self.membership) => self.on_delivery(delivery).await,
                 () = &mut deferral, if armed.is_some() => {
                     armed = None;
                     self.apply_deferred();
@@ -221,33 +230,48 @@ impl Connection {
     /// refused with 1009 like any other oversized frame; anything else
     /// means the peer is gone.
     async fn on_socket_error(&mut self, err: axum::Error) -> Result<(), End> {
+        use tungstenite::Error as WsError;
+        use tungstenite::error::ProtocolError;
         let inner = err.into_inner();
-        if let Some(tungstenite::Error::Capacity(cap)) = inner.downcast_ref::<tungstenite::Error>()
-        {
-            let text = format!(
-                "{cap}: the limit is {} bytes",
-                self.shared.config.max_message_bytes
-            );
-            self.refuse(ErrorCode::TooBig, text).await?;
-            return Err(End::Refused {
-                code: close::TOO_BIG,
-                reason: "message too big",
-            });
+        match inner.downcast_ref::<WsError>() {
+            Some(WsError::Capacity(cap)) => {
+                let limit = self.shared.config.max_message_bytes;
+                self.refuse(
+                    ErrorCode::TooBig,
+                    format!("{cap}: the limit is {limit} bytes"),
+                )
+                .await?;
+                Err(End::Refused {
+                    code: close::TOO_BIG,
+                    reason: "message too big",
+                })
+            }
+            // The peer went away without a close handshake: a crashed tab,
+            // a lost network. An ordinary disconnect, not a violation.
+            Some(
+                WsError::ConnectionClosed
+                | WsError::AlreadyClosed
+                | WsError::Io(_)
+                | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake),
+            ) => {
+                debug!(err = %inner, "peer gone");
+                Err(End::Gone)
+            }
+            Some(WsError::Protocol(violation)) => {
+                // Broken WebSocket framing (an unmasked frame, a bad opcode...):
+                // no Error message can be trusted to arrive, just the close.
+                debug!(%violation, "WebSocket protocol violation");
+                self.shared.metrics.reject(ErrorCode::Malformed);
+                Err(End::Refused {
+                    code: close::PROTOCOL_ERROR,
+                    reason: "WebSocket protocol violation",
+                })
+            }
+            _ => {
+                debug!(err = %inner, "socket error");
+                Err(End::Gone)
+            }
         }
-        if let Some(tungstenite::Error::Protocol(violation)) =
-            inner.downcast_ref::<tungstenite::Error>()
-        {
-            // Broken WebSocket framing (an unmasked frame, a bad opcode...):
-            // no Error message can be trusted to arrive, just the close.
-            debug!(%violation, "WebSocket protocol violation");
-            self.shared.metrics.reject(ErrorCode::Malformed);
-            return Err(End::Refused {
-                code: close::PROTOCOL_ERROR,
-                reason: "WebSocket protocol violation",
-            });
-        }
-        debug!(err = %inner, "socket error");
-        Err(End::Gone)
     }
 
     async fn on_message(&mut self, msg: Message) -> Result<(), End> {
@@ -265,7 +289,13 @@ impl Connection {
                     reason: "binary frames only",
                 });
             }
-            Message::Close(_) => return Err(End::Gone),
+            Message::Close(_) => {
+                // tungstenite queued the close reply; flush it so the
+                // client sees a clean close.
+                let bounded = Duration::from_secs(1);
+                let _ = timeout(bounded, futures_util::SinkExt::flush(&mut self.socket)).await;
+                return Err(End::Gone);
+            }
             // Pings are answered by the WebSocket layer; pongs only prove life.
             Message::Ping(_) | Message::Pong(_) => return Ok(()),
         };
@@ -311,6 +341,15 @@ impl Connection {
                         m.id().0
                     );
                     return self.refuse(ErrorCode::AlreadyJoined, text).await;
+                }
+                match self.joins.arrive(now) {
+                    Verdict::Apply => {}
+                    Verdict::Defer(at) => {
+                        let wait = at.saturating_duration_since(now).as_millis();
+                        let text = format!("joining too often: try again in {wait} ms");
+                        return self.refuse(ErrorCode::RateLimited, text).await;
+                    }
+                    Verdict::Flood => return self.flood("joins").await,
                 }
                 match self.shared.rooms.join(&room, name) {
                     Ok(mut m) => {

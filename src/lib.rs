@@ -106,20 +106,39 @@ pub async fn serve(
     let rooms_at_stop = Arc::clone(&rooms);
     let app = app::router(Arc::clone(&shared))
         .into_make_service_with_connect_info::<std::net::SocketAddr>();
-    axum::serve(listener, app)
+    let limit = Duration::from_millis(config.shutdown_timeout_ms);
+    let signalled = Arc::new(std::sync::OnceLock::new());
+    let signalled_at = Arc::clone(&signalled);
+    let server = axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             shutdown.await;
+            let _ = signalled_at.set(tokio::time::Instant::now());
             info!("shutting down: closing every connection with 1001");
             rooms_at_stop.begin_shutdown();
             stop.cancel();
         })
-        .await?;
+        .into_future();
+    // axum's graceful shutdown waits for every plain HTTP connection with no
+    // limit of its own, so the whole of shutdown runs under one deadline:
+    // the signal plus `shutdown_timeout_ms`.
+    let out_of_time = async {
+        token.cancelled().await;
+        tokio::time::sleep(limit).await;
+    };
+    tokio::select! {
+        served = server => served?,
+        () = out_of_time => warn!("shutdown timeout: HTTP connections still open, stopping anyway"),
+    }
+    let stop_by = signalled
+        .get()
+        .copied()
+        .unwrap_or_else(tokio::time::Instant::now)
+        + limit;
 
     // axum has stopped accepting; the socket tasks are closing.
     token.cancel();
     shared.sockets.close();
-    let limit = Duration::from_millis(config.shutdown_timeout_ms);
-    if tokio::time::timeout(limit, shared.sockets.wait())
+    if tokio::time::timeout_at(stop_by, shared.sockets.wait())
         .await
         .is_err()
     {

@@ -202,7 +202,10 @@ impl Rooms {
             let mut st = handle.state();
             if !st.open {
                 // Its last member left between our lookup and our lock, and
-                // it is leaving the map: look again.
+                // it is leaving the map. Take it out ourselves (whoever gets
+                // there first counts it) rather than spin, and look again.
+                drop(st);
+                self.forget(&handle);
                 continue;
             }
             if st.members.len() >= self.settings.capacity {
@@ -269,13 +272,18 @@ impl Rooms {
         self.metrics.members.dec();
         if now_empty {
             // The room lock is released: the map lock is never taken under it.
-            if self
-                .map
-                .remove_if(&room.name, |_, r| Arc::ptr_eq(r, room))
-                .is_some()
-            {
-                self.metrics.rooms.dec();
-            }
+            self.forget(room);
+        }
+    }
+
+    /// Takes a closed room out of the map, if it is still there.
+    fn forget(&self, room: &Arc<Room>) {
+        if self
+            .map
+            .remove_if(&room.name, |_, r| Arc::ptr_eq(r, room))
+            .is_some()
+        {
+            self.metrics.rooms.dec();
         }
     }
 
@@ -288,7 +296,9 @@ impl Rooms {
             return;
         };
         if self.settings.tick.is_zero() {
-            let now_ms = self.clock.now_ms();
+            // On the motion time unit, so `moved_at_ms` equals the batch time.
+            let unit = u64::from(self.settings.motion_time_unit_ms.max(1));
+            let now_ms = self.clock.now_ms() / unit * unit;
             member.motion = motion;
             member.moved_at_ms = now_ms;
             let time = motion_time(now_ms, self.settings.motion_time_unit_ms);

@@ -109,7 +109,7 @@ fn checks_chat() {
 }
 
 #[test]
-fn a_one_move_batch_is_seven_bytes() {
+fn a_one_move_batch_is_eight_bytes() {
     let rec = MotionRecord {
         member: MemberId(3),
         motion: Motion::standing(Position { x: 2_500, y: 130 }),

@@ -186,3 +186,81 @@ async fn health_metrics_and_not_found() {
     assert!(server.metric("amble_process_cpu_seconds_total").await > 0.0);
     assert!(server.metric("amble_process_resident_memory_bytes").await > 1e6);
 }
+
+#[tokio::test]
+async fn a_client_close_is_answered_cleanly() {
+    use futures_util::StreamExt as _;
+    let server = TestServer::start().await;
+    let (mut c, _) = server.joined("lobby", "leaving").await;
+    within("close", c.ws.close(None)).await.expect("close sent");
+    match within("the close reply", c.ws.next()).await {
+        Some(Ok(tokio_tungstenite::tungstenite::Message::Close(_))) | None => {}
+        other => panic!("expected a clean close, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn shutdown_is_bounded_even_with_a_stuck_http_client() {
+    use tokio::io::AsyncWriteExt as _;
+    let mut server = TestServer::with(config(|c| c.shutdown_timeout_ms = 500)).await;
+    // A client that pipelines requests and never reads the answers.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
+    let mut stuck = within("connect", socket.connect(server.addr))
+        .await
+        .expect("connect");
+    let request = "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n".repeat(200);
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        stuck.write_all(request.as_bytes()),
+    )
+    .await;
+    let (mut ws, _) = server.joined("lobby", "someone").await;
+    let started = tokio::time::Instant::now();
+    server.trigger_stop();
+    assert_eq!(ws.expect_close().await, 1001);
+    server.stopped().await.expect("clean exit");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(3),
+        "shutdown took {:?}",
+        started.elapsed()
+    );
+    drop(stuck);
+}
+
+#[tokio::test]
+async fn a_full_room_of_long_names_still_gets_its_welcome() {
+    // 500 members whose names are 32 four-byte characters: the Welcome of the
+    // last one is over 64 KiB.
+    let server = TestServer::start().await;
+    let name = "😀".repeat(32);
+    let mut members = Vec::new();
+    for _ in 0..499 {
+        members.push(server.joined("big", &name).await.0);
+    }
+    let (_last, w) = server.joined("big", &name).await;
+    assert_eq!(w.snapshot.expect("snapshot").members.len(), 500);
+}
+
+#[tokio::test]
+async fn joining_too_often_is_rate_limited() {
+    let server = TestServer::start().await;
+    let mut c = server.client().await;
+    for i in 0..5 {
+        c.join("lobby", &format!("hopper{i}")).await;
+        c.send(C::Leave(pb::Leave {})).await;
+    }
+    c.send(C::Join(pb::Join {
+        room: "lobby".into(),
+        name: "again".into(),
+    }))
+    .await;
+    let text = c.expect_error(pb::ErrorCode::RateLimited).await;
+    assert!(text.contains("joining too often"), "{text}");
+    assert_eq!(
+        server
+            .metric("amble_rejected_total{reason=\"rate_limited\"}")
+            .await,
+        1.0
+    );
+}
