@@ -61,6 +61,14 @@ fn opts(args: &[&str]) -> Opts {
     Opts::try_parse_from(std::iter::once("loadtest").chain(args.iter().copied())).expect("options")
 }
 
+/// Runs the load tester in-process, bounded by `RUN_TIMEOUT`.
+async fn run(opts: Opts) -> Report {
+    timeout(RUN_TIMEOUT, loadtest::run(opts))
+        .await
+        .expect("run ends")
+        .expect("run")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_bots_get_every_update() {
     let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
@@ -80,10 +88,7 @@ async fn fifty_bots_get_every_update() {
         "500ms",
         "--quiet",
     ]);
-    let report = timeout(RUN_TIMEOUT, loadtest::run(opts))
-        .await
-        .expect("run ends")
-        .expect("run");
+    let report = run(opts).await;
     let Report::Load(r) = report else {
         panic!("a load report")
     };
@@ -202,10 +207,7 @@ async fn wander_and_chat() {
         "300ms",
         "--quiet",
     ]);
-    let report = timeout(RUN_TIMEOUT, loadtest::run(opts))
-        .await
-        .expect("run ends")
-        .expect("run");
+    let report = run(opts).await;
     let Report::Load(r) = report else {
         panic!("a load report")
     };
@@ -236,10 +238,7 @@ async fn rpc_round_trips() {
         "500",
         "--quiet",
     ]);
-    let report = timeout(RUN_TIMEOUT, loadtest::run(opts))
-        .await
-        .expect("run ends")
-        .expect("run");
+    let report = run(opts).await;
     let Report::Rpc(r) = report else {
         panic!("an rpc report")
     };
@@ -267,10 +266,7 @@ async fn sweep_table() {
         "200ms",
         "--quiet",
     ]);
-    let report = timeout(RUN_TIMEOUT, loadtest::run(opts))
-        .await
-        .expect("run ends")
-        .expect("run");
+    let report = run(opts).await;
     let Report::Sweep(r) = report else {
         panic!("a sweep report")
     };
