@@ -122,6 +122,13 @@ pub struct Config {
     #[arg(long, env = "AMBLE_SHUTDOWN_TIMEOUT_MS", default_value_t = 5_000)]
     pub shutdown_timeout_ms: u64,
 
+    /// Runtime worker threads; 0 means one per CPU. A single worker costs
+    /// 7-10% less CPU per update on a small machine (docs/benchmarks.md)
+    /// but caps the server at one core.
+    #[arg(long, env = "AMBLE_WORKERS", default_value_t = 0,
+          value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub workers: u16,
+
     /// Log as JSON lines (for containers) instead of text.
     #[arg(long, env = "AMBLE_LOG_JSON")]
     pub log_json: bool,

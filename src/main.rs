@@ -8,10 +8,21 @@ use tracing_subscriber::EnvFilter;
 
 use amble::config::Config;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     init_tracing(config.log_json);
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if config.workers > 0 {
+        runtime.worker_threads(usize::from(config.workers));
+    }
+    runtime
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?
+        .block_on(run(config))
+}
+
+async fn run(config: Config) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;

@@ -8,9 +8,10 @@ use tokio::process::Command;
 
 use crate::support::*;
 
-async fn stops_on(signal: &str) {
+async fn stops_on(signal: &str, extra: &[&str]) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_amble"))
         .args(["--listen", "127.0.0.1:0"])
+        .args(extra)
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -48,10 +49,10 @@ async fn stops_on(signal: &str) {
 
 #[tokio::test]
 async fn sigterm_closes_clients_with_1001_and_exits_0() {
-    stops_on("-TERM").await;
+    stops_on("-TERM", &[]).await;
 }
 
 #[tokio::test]
-async fn sigint_does_too() {
-    stops_on("-INT").await;
+async fn sigint_does_too_on_a_single_worker() {
+    stops_on("-INT", &["--workers", "1"]).await;
 }
