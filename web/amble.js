@@ -166,7 +166,8 @@ export function explainError(code, serverMessage = '') {
     case ErrorCode.SHUTTING_DOWN:
       return 'The server is restarting.';
     case ErrorCode.RATE_LIMITED:
-      return 'You are chatting too fast: that message was dropped.';
+      // Chat over its budget, or joining too often: the server says which.
+      return serverMessage ? `Slow down: ${serverMessage}.` : 'Slow down: that message was dropped.';
     case ErrorCode.INVALID_CHAT:
       return `That message can't be sent${serverMessage ? ` (${serverMessage})` : ''}.`;
     case ErrorCode.TOO_BIG:
