@@ -19,6 +19,17 @@ pub struct RejectLabels {
     pub reason: String,
 }
 
+impl RejectLabels {
+    /// `ERROR_CODE_INVALID_POSITION` is labelled `invalid_position`.
+    fn of(code: ErrorCode) -> Self {
+        let reason = code
+            .as_str_name()
+            .trim_start_matches("ERROR_CODE_")
+            .to_ascii_lowercase();
+        Self { reason }
+    }
+}
+
 #[derive(Default)]
 pub struct Metrics {
     pub connections: Gauge,
@@ -49,20 +60,12 @@ impl std::fmt::Debug for Metrics {
 impl Metrics {
     /// Counts one refused input under its error code.
     pub fn reject(&self, code: ErrorCode) {
-        let reason = code
-            .as_str_name()
-            .trim_start_matches("ERROR_CODE_")
-            .to_ascii_lowercase();
-        self.rejected.get_or_create(&RejectLabels { reason }).inc();
+        self.rejected.get_or_create(&RejectLabels::of(code)).inc();
     }
 
     /// How many inputs were refused with `code` (for tests).
     pub fn rejected_count(&self, code: ErrorCode) -> u64 {
-        let reason = code
-            .as_str_name()
-            .trim_start_matches("ERROR_CODE_")
-            .to_ascii_lowercase();
-        self.rejected.get_or_create(&RejectLabels { reason }).get()
+        self.rejected.get_or_create(&RejectLabels::of(code)).get()
     }
 
     /// Counts one frame sent to a client.
