@@ -9,20 +9,24 @@ use std::sync::Arc;
 use axum::Router;
 use std::net::SocketAddr;
 
-use axum::extract::ws::WebSocketUpgrade;
-use axum::extract::{ConnectInfo, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use hyper_util::rt::TokioIo;
 use tokio::sync::Semaphore;
+use tokio_tungstenite::WebSocketStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
+use tracing::debug;
+use tungstenite::protocol::{Role, WebSocketConfig};
 
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::connection;
 use crate::metrics::Metrics;
+use crate::outbox::{Outbox, WsIo};
 use crate::protocol::{Rules, SUBPROTOCOL};
 use crate::room::Rooms;
 use crate::web;
@@ -56,44 +60,147 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .with_state(shared)
 }
 
+/// Upgrades `GET /ws` to a WebSocket (RFC 6455 section 4.2) by hand rather
+/// than through axum's extractor: the connection needs the raw upgraded
+/// stream, so that rooms can write into it directly (see `outbox`).
 async fn upgrade(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    ws: WebSocketUpgrade,
+    mut request: Request,
 ) -> Response {
+    let accept = match accept_key(request.version(), request.headers()) {
+        Ok(accept) => accept,
+        Err((status, why)) => {
+            shared.metrics.upgrades_refused.inc();
+            debug!(%peer, why, "WebSocket upgrade refused");
+            let mut response = (status, format!("{why}\n")).into_response();
+            if status == StatusCode::UPGRADE_REQUIRED {
+                let headers = response.headers_mut();
+                headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+                headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+            }
+            return response;
+        }
+    };
+    let offers_ours = request
+        .headers()
+        .get_all(header::SEC_WEBSOCKET_PROTOCOL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|p| p.trim() == SUBPROTOCOL);
+    let on_upgrade = hyper::upgrade::on(&mut request);
+
     let max = shared.config.max_message_bytes as usize;
     // tungstenite's own cap is a backstop well above ours, so an oversized
     // frame is read and refused with a clear 1009 rather than a torn socket.
     let hard_cap = max.saturating_mul(4).max(16 * 1024);
+    let largest = largest_frame(&shared.config);
+    let ws_config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER_BYTES)
+        .write_buffer_size(0)
+        .max_write_buffer_size(largest)
+        .max_message_size(Some(hard_cap))
+        .max_frame_size(Some(hard_cap));
     let permit = Arc::clone(&shared.connection_slots)
         .try_acquire_owned()
         .ok();
     // Counted by the tracker from now, not from when the upgrade completes,
     // so a socket upgraded during shutdown is still waited for.
     let tracked = shared.sockets.token();
-    let largest = largest_frame(&shared.config);
-    ws.protocols([SUBPROTOCOL])
-        .read_buffer_size(READ_BUFFER_BYTES)
-        .write_buffer_size(0)
-        .max_write_buffer_size(largest)
-        .max_message_size(hard_cap)
-        .max_frame_size(hard_cap)
-        .on_upgrade(move |socket| {
-            let span = tracing::debug_span!(
-                "conn",
-                %peer,
-                room = tracing::field::Empty,
-                member = tracing::field::Empty
-            );
-            async move {
-                match permit {
-                    Some(permit) => connection::run(socket, shared, permit).await,
-                    None => connection::refuse(socket, shared).await,
+    let span = tracing::debug_span!(
+        "conn",
+        %peer,
+        room = tracing::field::Empty,
+        member = tracing::field::Empty
+    );
+    tokio::spawn(
+        async move {
+            let upgraded = match on_upgrade.await {
+                Ok(upgraded) => upgraded,
+                Err(err) => {
+                    debug!(%err, "upgrade did not complete");
+                    return;
                 }
-                drop(tracked);
+            };
+            let queue = shared.config.send_queue_bytes as usize;
+            let outbox = Outbox::new(
+                TokioIo::new(upgraded),
+                Arc::clone(&shared.metrics),
+                queue,
+                largest,
+            );
+            let io = WsIo(Arc::clone(&outbox));
+            let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(ws_config)).await;
+            match permit {
+                Some(permit) => connection::run(socket, outbox, shared, permit).await,
+                None => connection::refuse(socket, shared).await,
             }
-            .instrument(span)
-        })
+            drop(tracked);
+        }
+        .instrument(span),
+    );
+
+    let mut response = StatusCode::SWITCHING_PROTOCOLS.into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+    headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    headers.insert(header::SEC_WEBSOCKET_ACCEPT, accept);
+    if offers_ours {
+        headers.insert(
+            header::SEC_WEBSOCKET_PROTOCOL,
+            HeaderValue::from_static(SUBPROTOCOL),
+        );
+    }
+    response
+}
+
+/// Checks an opening handshake and returns its `Sec-WebSocket-Accept`, or
+/// the status and reason to refuse it with.
+fn accept_key(
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<HeaderValue, (StatusCode, &'static str)> {
+    let has_token = |name: header::HeaderName, token: &str| {
+        headers
+            .get_all(name)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case(token))
+    };
+    if version != Version::HTTP_11 {
+        return Err((
+            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
+            "WebSocket connections need HTTP/1.1",
+        ));
+    }
+    if !has_token(header::UPGRADE, "websocket") || !has_token(header::CONNECTION, "upgrade") {
+        return Err((
+            StatusCode::UPGRADE_REQUIRED,
+            "this is amble's WebSocket endpoint: connect with a WebSocket client \
+             (Upgrade: websocket, Connection: upgrade)",
+        ));
+    }
+    if headers
+        .get(header::SEC_WEBSOCKET_VERSION)
+        .is_none_or(|v| v.as_bytes() != b"13")
+    {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "unsupported WebSocket version: send Sec-WebSocket-Version: 13",
+        ));
+    }
+    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
+        return Err((StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key"));
+    };
+    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
+    HeaderValue::from_str(&accept).map_err(|_| {
+        (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "accept key is not a header value",
+        )
+    })
 }
 
 /// The largest frame the server may have to write: a `Welcome` or `Resync`

@@ -90,11 +90,12 @@ pub struct Config {
     #[arg(long, env = "AMBLE_MAX_CHAT_CHARS", default_value_t = 280)]
     pub max_chat_chars: u32,
 
-    /// Frames a room's broadcast channel holds for a slow receiver before
-    /// that receiver is resynced with a fresh snapshot.
-    #[arg(long, env = "AMBLE_ROOM_BUFFER", default_value_t = 64,
-          value_parser = clap::value_parser!(u32).range(2..=65_536))]
-    pub room_buffer: u32,
+    /// Bytes of room frames a connection may have waiting, beyond its
+    /// socket's own buffer, before it misses frames and is resynced with a
+    /// fresh snapshot once it reads again.
+    #[arg(long, env = "AMBLE_SEND_QUEUE_BYTES", default_value_t = 65_536,
+          value_parser = clap::value_parser!(u32).range(1_024..=16_777_216))]
+    pub send_queue_bytes: u32,
 
     /// WebSocket ping period in milliseconds.
     #[arg(long, env = "AMBLE_PING_INTERVAL_MS", default_value_t = 15_000,

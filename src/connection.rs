@@ -1,26 +1,35 @@
 //! One WebSocket connection: the only module that sees a socket.
 //!
 //! A connection is one task running one `select!` loop over the socket,
-//! its room subscription, a deferred-move timer, keepalive and shutdown.
-//! Incoming frames are decoded and validated by `protocol`, paced by
-//! `throttle` and handed to `room`; room frames are forwarded as they are.
-//! Every way the loop ends maps to one close code and one leave reason.
+//! its outbox, a deferred-move timer, keepalive and shutdown. Incoming
+//! frames are decoded and validated by `protocol`, paced by `throttle` and
+//! handed to `room`. Room frames do not pass through this task: the room
+//! writes them into the socket's [`Outbox`] itself, and this task only
+//! finishes writes the socket could not take at once, and resyncs its
+//! member when frames had to be dropped. Every way the loop ends maps to
+//! one close code and one leave reason.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use futures_util::{SinkExt as _, StreamExt as _};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
+use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, trace};
+use tungstenite::Message;
+use tungstenite::protocol::CloseFrame;
 
 use crate::app::Shared;
-use crate::fanout::{Delivery, Frame};
+use crate::fanout::Frame;
+use crate::outbox::{Event, Outbox, WsIo};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
     Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
     encode_server, pb,
 };
-use crate::room::{JoinError, Membership};
+use crate::room::{JoinError, Membership, fan_out};
 use crate::throttle::{Admit, Budget, Gcra, Verdict};
 
 /// WebSocket close codes (RFC 6455 section 7.4.1).
@@ -34,6 +43,12 @@ pub mod close {
     pub const TOO_BIG: u16 = 1009;
     pub const TRY_AGAIN_LATER: u16 = 1013;
 }
+
+/// The upgraded HTTP connection under a WebSocket.
+pub type Io = TokioIo<Upgraded>;
+/// A client's WebSocket, reading from the socket and writing through its
+/// outbox.
+pub type Socket = WebSocketStream<WsIo<Io>>;
 
 /// Join budget: a burst of `JOIN_BURST`, then one per `JOIN_INTERVAL`.
 const JOIN_INTERVAL: Duration = Duration::from_secs(1);
@@ -81,7 +96,8 @@ struct Deferred {
 }
 
 struct Connection {
-    socket: WebSocket,
+    socket: Socket,
+    outbox: Arc<Outbox<Io>>,
     shared: Arc<Shared>,
     membership: Option<Membership>,
     moves: Budget,
@@ -97,13 +113,15 @@ struct Connection {
 /// Serves one upgraded socket until it ends. `permit` is the connection's
 /// slot under the connection limit.
 pub async fn run(
-    socket: WebSocket,
+    socket: Socket,
+    outbox: Arc<Outbox<Io>>,
     shared: Arc<Shared>,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) {
     let config = &shared.config;
     let mut conn = Connection {
         socket,
+        outbox,
         moves: Budget::new(
             config.move_interval(),
             config.move_burst,
@@ -126,7 +144,8 @@ pub async fn run(
     let end = conn.serve().await;
     debug!(?end, "connection ends");
     if let Some(m) = conn.membership.take() {
-        m.leave(end.leave_reason());
+        let reason = end.leave_reason();
+        fan_out(|| m.leave(reason)).await;
     }
     if matches!(end, End::Idle) {
         shared.metrics.timeouts.inc();
@@ -152,14 +171,14 @@ pub async fn run(
 }
 
 /// Refuses a socket over the connection limit: an `Error` and close 1013.
-pub async fn refuse(mut socket: WebSocket, shared: Arc<Shared>) {
+pub async fn refuse(mut socket: Socket, shared: Arc<Shared>) {
     shared.metrics.reject(ErrorCode::ServerFull);
     let reason = "server full: too many connections, try again later";
     let error = encode_error(ErrorCode::ServerFull, reason);
     let bounded = Duration::from_secs(1);
     let _ = timeout(bounded, socket.send(Message::Binary(error))).await;
     let close = Message::Close(Some(CloseFrame {
-        code: close::TRY_AGAIN_LATER,
+        code: close::TRY_AGAIN_LATER.into(),
         reason: reason.into(),
     }));
     let _ = timeout(bounded, socket.send(close)).await;
@@ -181,6 +200,12 @@ impl Connection {
         let mut armed: Option<Instant> = None;
         let deferral = sleep_until(Instant::now());
         tokio::pin!(deferral);
+        // Armed while the socket has a backlog: the peer must read it by then.
+        let send_timeout = Duration::from_millis(config.send_timeout_ms);
+        let mut stall_armed = false;
+        let stall = sleep_until(Instant::now());
+        tokio::pin!(stall);
+        let outbox = Arc::clone(&self.outbox);
         loop {
             let due = self.deferred.as_ref().map(|d| d.at);
             if due != armed {
@@ -192,7 +217,7 @@ impl Connection {
             let step = tokio::select! {
                 biased;
                 () = &mut cancelled => Err(End::Shutdown),
-                msg = self.socket.recv() => match msg {
+                msg = self.socket.next() => match msg {
                     Some(Ok(msg)) => {
                         self.last_inbound = Instant::now();
                         self.on_message(msg).await
@@ -202,8 +227,24 @@ impl Connection {
                 },
                 // After the socket: moves, chat and joins are bounded by
                 // their budgets, so only a client flooding its own socket
-                // with pings delays its own frames (until it lags and resyncs).
-                delivery = recv_room(&mut self.membership) => self.on_delivery(delivery).await,
+                // with pings delays its own backlog.
+                event = outbox.event() => match event {
+                    Event::Backlog(since) => {
+                        stall.as_mut().reset(since + send_timeout);
+                        stall_armed = true;
+                        Ok(())
+                    }
+                    Event::Drained => {
+                        stall_armed = false;
+                        Ok(())
+                    }
+                    Event::Lagged => {
+                        self.resync();
+                        Ok(())
+                    }
+                    Event::Failed => Err(End::Gone),
+                },
+                () = &mut stall, if stall_armed => Err(End::Stalled),
                 () = &mut deferral, if armed.is_some() => {
                     armed = None;
                     self.apply_deferred();
@@ -229,12 +270,11 @@ impl Connection {
     /// A read failed. A frame past the WebSocket layer's hard cap is
     /// refused with 1009 like any other oversized frame; anything else
     /// means the peer is gone.
-    async fn on_socket_error(&mut self, err: axum::Error) -> Result<(), End> {
+    async fn on_socket_error(&mut self, err: tungstenite::Error) -> Result<(), End> {
         use tungstenite::Error as WsError;
         use tungstenite::error::ProtocolError;
-        let inner = err.into_inner();
-        match inner.downcast_ref::<WsError>() {
-            Some(WsError::Capacity(cap)) => {
+        match err {
+            WsError::Capacity(cap) => {
                 let limit = self.shared.config.max_message_bytes;
                 self.refuse(
                     ErrorCode::TooBig,
@@ -248,16 +288,14 @@ impl Connection {
             }
             // The peer went away without a close handshake: a crashed tab,
             // a lost network. An ordinary disconnect, not a violation.
-            Some(
-                WsError::ConnectionClosed
-                | WsError::AlreadyClosed
-                | WsError::Io(_)
-                | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake),
-            ) => {
-                debug!(err = %inner, "peer gone");
+            err @ (WsError::ConnectionClosed
+            | WsError::AlreadyClosed
+            | WsError::Io(_)
+            | WsError::Protocol(ProtocolError::ResetWithoutClosingHandshake)) => {
+                debug!(%err, "peer gone");
                 Err(End::Gone)
             }
-            Some(WsError::Protocol(violation)) => {
+            WsError::Protocol(violation) => {
                 // Broken WebSocket framing (an unmasked frame, a bad opcode...):
                 // no Error message can be trusted to arrive, just the close.
                 debug!(%violation, "WebSocket protocol violation");
@@ -267,8 +305,8 @@ impl Connection {
                     reason: "WebSocket protocol violation",
                 })
             }
-            _ => {
-                debug!(err = %inner, "socket error");
+            err => {
+                debug!(%err, "socket error");
                 Err(End::Gone)
             }
         }
@@ -296,8 +334,9 @@ impl Connection {
                 let _ = timeout(bounded, futures_util::SinkExt::flush(&mut self.socket)).await;
                 return Err(End::Gone);
             }
-            // Pings are answered by the WebSocket layer; pongs only prove life.
-            Message::Ping(_) | Message::Pong(_) => return Ok(()),
+            // Pings are answered by the WebSocket layer; pongs only prove
+            // life; raw frames are never yielded by a read.
+            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => return Ok(()),
         };
         metrics.frames_received.inc();
         metrics.bytes_received.inc_by(data.len() as u64);
@@ -351,18 +390,16 @@ impl Connection {
                     }
                     Verdict::Flood => return self.flood("joins").await,
                 }
-                match self.shared.rooms.join(&room, name) {
-                    Ok(mut m) => {
+                let sink = Arc::clone(&self.outbox);
+                let rooms = &self.shared.rooms;
+                match fan_out(|| rooms.join(&room, name, sink)).await {
+                    Ok(m) => {
                         tracing::Span::current()
                             .record("room", room.as_str())
                             .record("member", m.id().0);
                         debug!("joined");
-                        let welcome = m.take_welcome();
                         self.membership = Some(m);
-                        match welcome {
-                            Some(frame) => self.send_frame(frame).await,
-                            None => Ok(()),
-                        }
+                        Ok(())
                     }
                     Err(err @ JoinError::RoomFull { .. }) => {
                         self.refuse(ErrorCode::RoomFull, err.to_string()).await
@@ -399,7 +436,7 @@ impl Connection {
                 };
                 match self.chats.arrive(now) {
                     Verdict::Apply => {
-                        m.chat(text);
+                        fan_out(|| m.chat(text)).await;
                         self.shared.metrics.chats_relayed.inc();
                         Ok(())
                     }
@@ -416,7 +453,9 @@ impl Connection {
             Command::Leave => match self.membership.take() {
                 Some(m) => {
                     self.deferred = None;
-                    m.leave(LeaveReason::Left);
+                    fan_out(|| m.leave(LeaveReason::Left)).await;
+                    // Out of the room, no snapshot is owed for what it missed.
+                    self.outbox.clear_lag();
                     Ok(())
                 }
                 None => self.refuse(ErrorCode::NotJoined, "Leave before Join").await,
@@ -424,23 +463,16 @@ impl Connection {
         }
     }
 
-    async fn on_delivery(&mut self, delivery: Delivery) -> Result<(), End> {
-        match delivery {
-            Delivery::Frame(frame) => self.send_frame(frame).await,
-            Delivery::Lagged(missed) => {
-                let Some(m) = &mut self.membership else {
-                    return Ok(());
-                };
-                debug!(missed, "receiver lagged: resync");
+    /// Room frames were dropped while the socket was full: send the room
+    /// as it is now.
+    fn resync(&mut self) {
+        match &self.membership {
+            Some(m) => {
+                debug!("receiver lagged: resync");
                 self.shared.metrics.resyncs.inc();
-                let frame = m.resync();
-                self.send_frame(frame).await
+                m.resync();
             }
-            // Rooms outlive their members' subscriptions; not expected.
-            Delivery::Closed => {
-                self.membership = None;
-                Ok(())
-            }
+            None => self.outbox.clear_lag(),
         }
     }
 
@@ -503,7 +535,7 @@ impl Connection {
 
     async fn close(&mut self, code: u16, reason: &'static str) {
         let frame = Message::Close(Some(CloseFrame {
-            code,
+            code: code.into(),
             reason: reason.into(),
         }));
         let bounded = Duration::from_secs(1);
@@ -512,19 +544,12 @@ impl Connection {
         }
         // Wait (briefly) for the client's close reply so it sees a clean close.
         let _ = timeout(bounded, async {
-            while let Some(Ok(msg)) = self.socket.recv().await {
+            while let Some(Ok(msg)) = self.socket.next().await {
                 if matches!(msg, Message::Close(_)) {
                     break;
                 }
             }
         })
         .await;
-    }
-}
-
-async fn recv_room(membership: &mut Option<Membership>) -> Delivery {
-    match membership {
-        Some(m) => m.recv().await,
-        None => std::future::pending().await,
     }
 }

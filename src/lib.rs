@@ -10,7 +10,8 @@
 //! - [`protocol`]: the `amble.v1` wire types, validation, encoding. No I/O.
 //! - [`throttle`]: rate limits with the clock passed in.
 //! - [`room`]: rooms, members, the tick that batches moves.
-//! - [`fanout`]: the seam between a room and its receivers.
+//! - [`fanout`]: the seam between a room and its receivers; [`outbox`]: a
+//!   socket's write side, which rooms write into directly.
 //! - [`connection`]: one task per socket.
 //! - [`app`]: routes and shared state; [`web`]: the embedded browser client.
 //! - [`metrics`], [`config`], [`clock`].
@@ -24,6 +25,7 @@ pub mod config;
 pub mod connection;
 pub mod fanout;
 pub mod metrics;
+pub mod outbox;
 pub mod protocol;
 pub mod room;
 pub mod throttle;
@@ -63,7 +65,6 @@ pub async fn serve(
             tick: config.tick(),
             motion_time_unit_ms: config.motion_time_unit_ms(),
             capacity: config.room_capacity as usize,
-            buffer: config.room_buffer as usize,
             spawn: Position {
                 x: config.world_width / 2,
                 y: config.world_height / 2,

@@ -47,6 +47,9 @@ pub struct Metrics {
     pub batches: Counter,
     pub resyncs: Counter,
     pub timeouts: Counter,
+    pub upgrades_refused: Counter,
+    pub send_backlogs: Counter,
+    pub frames_dropped: Counter,
     pub rejected: Family<RejectLabels, Counter<u64, AtomicU64>>,
     registry: std::sync::OnceLock<Registry>,
 }
@@ -142,6 +145,21 @@ impl Metrics {
                 "resyncs",
                 "Snapshots sent to receivers that fell behind their room",
                 self.resyncs.clone(),
+            );
+            r.register(
+                "send_backlogs",
+                "Times a socket could not take a frame at once, so the rest waited in its queue",
+                self.send_backlogs.clone(),
+            );
+            r.register(
+                "frames_dropped",
+                "Room frames not sent to members that stopped reading (they get a resync)",
+                self.frames_dropped.clone(),
+            );
+            r.register(
+                "upgrades_refused",
+                "Requests to /ws refused before the WebSocket opened (bad handshake)",
+                self.upgrades_refused.clone(),
             );
             r.register(
                 "idle_timeouts",

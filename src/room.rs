@@ -18,7 +18,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
-use crate::fanout::{Delivery, Fanout, Frame, LocalFanout, Subscription};
+use crate::fanout::{Frame, Sink};
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -34,8 +34,6 @@ pub struct RoomSettings {
     /// Unit of truncated motion times, milliseconds.
     pub motion_time_unit_ms: u32,
     pub capacity: usize,
-    /// Frames a room keeps for its slowest receiver.
-    pub buffer: usize,
     /// The centre of the spot new members appear around.
     pub spawn: Position,
     /// World size in centimetres (spawn points stay inside).
@@ -64,10 +62,9 @@ pub struct Rooms {
     shutting_down: AtomicBool,
 }
 
-/// One room: its members and its fan-out.
+/// One room: its members, each with the sink its frames go to.
 pub struct Room {
     name: Arc<str>,
-    fanout: Box<dyn Fanout>,
     state: Mutex<State>,
 }
 
@@ -85,6 +82,8 @@ struct Member {
     moved_at_ms: u64,
     /// The newest move not yet applied.
     pending: Option<Motion>,
+    /// Where this member's frames go: its connection's socket.
+    sink: Arc<dyn Sink>,
 }
 
 /// A room name and how many members it has, for `GET /api/rooms`.
@@ -107,6 +106,14 @@ impl Room {
 }
 
 impl State {
+    /// Hands `frame` to every member. Called under the room lock, so all
+    /// members receive the room's frames in one order.
+    fn publish(&self, frame: &Frame) {
+        for member in self.members.values() {
+            member.sink.send(frame);
+        }
+    }
+
     fn snapshot(&self, now_ms: u64) -> pb::Snapshot {
         pb::Snapshot {
             server_time_ms: now_ms,
@@ -174,11 +181,16 @@ impl Rooms {
         &self.clock
     }
 
-    /// Joins `room` (creating it) as `name`. On success the member is in
-    /// the room, the others have been sent `Joined`, and the returned
-    /// membership holds the `Welcome` frame and a subscription that starts
-    /// right after it.
-    pub fn join(self: &Arc<Self>, room: &str, name: String) -> Result<Membership, JoinError> {
+    /// Joins `room` (creating it) as `name`, with `sink` for its frames. On
+    /// success the member is in the room, the others have been sent
+    /// `Joined`, and `sink` has the `Welcome` snapshot, followed by every
+    /// room frame after it.
+    pub fn join(
+        self: &Arc<Self>,
+        room: &str,
+        name: String,
+        sink: Arc<dyn Sink>,
+    ) -> Result<Membership, JoinError> {
         loop {
             if self.shutting_down.load(Ordering::Relaxed) {
                 return Err(JoinError::ShuttingDown);
@@ -188,7 +200,6 @@ impl Rooms {
                 self.metrics.rooms.inc();
                 Arc::new(Room {
                     name: Arc::from(room),
-                    fanout: Box::new(LocalFanout::new(self.settings.buffer)),
                     state: Mutex::new(State {
                         members: BTreeMap::new(),
                         dirty: Vec::new(),
@@ -221,29 +232,28 @@ impl Rooms {
                 motion: Motion::standing(spawn_point(&self.settings, id)),
                 moved_at_ms: now_ms,
                 pending: None,
+                sink: Arc::clone(&sink),
             };
             let joined = encode_server(Body::Joined(pb::Joined {
                 member: Some(member_pb(id, &member)),
             }));
+            st.publish(&joined);
             st.members.insert(id, member);
-            handle.fanout.publish(joined);
-            // Subscribed after our own Joined and under the same lock as
-            // the snapshot: the first frame we see is the first after it.
-            let subscription = handle.fanout.subscribe();
+            // Under the same lock as every room frame: the first frame the
+            // new member sees after its snapshot is the first one after it.
             let welcome = encode_server(Body::Welcome(pb::Welcome {
                 member_id: id.0,
                 room: room.to_owned(),
                 limits: Some(self.settings.limits),
                 snapshot: Some(st.snapshot(now_ms)),
             }));
+            sink.send_snapshot(welcome);
             drop(st);
             self.metrics.members.inc();
             return Ok(Membership {
                 rooms: Arc::clone(self),
                 room: handle,
                 id,
-                subscription,
-                welcome: Some(welcome),
                 left: false,
             });
         }
@@ -261,7 +271,7 @@ impl Rooms {
             } else {
                 // At shutdown everyone is leaving: spare the n² Left frames.
                 if !self.shutting_down.load(Ordering::Relaxed) {
-                    room.fanout.publish(encode_server(Body::Left(pb::Left {
+                    st.publish(&encode_server(Body::Left(pb::Left {
                         member_id: id.0,
                         reason: reason as i32,
                     })));
@@ -302,8 +312,7 @@ impl Rooms {
             member.motion = motion;
             member.moved_at_ms = now_ms;
             let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
-            room.fanout
-                .publish(encode_motion(time, &[MotionRecord { member: id, motion }]));
+            st.publish(&encode_motion(time, &[MotionRecord { member: id, motion }]));
             self.metrics.moves_applied.inc();
             self.metrics.batches.inc();
             return;
@@ -347,7 +356,7 @@ impl Rooms {
         }
         let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
         // Published under the lock, so batches and Joined/Left keep one order.
-        room.fanout.publish(encode_motion(time, records));
+        st.publish(&encode_motion(time, records));
         drop(st);
         self.metrics.moves_applied.inc_by(records.len() as u64);
         self.metrics.batches.inc();
@@ -370,7 +379,10 @@ impl Rooms {
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
-                at = interval.tick() => self.flush_all(self.tick_time_ms(at, tick_ms)),
+                at = interval.tick() => {
+                    let now_ms = self.tick_time_ms(at, tick_ms);
+                    fan_out(|| self.flush_all(now_ms)).await;
+                }
             }
         }
     }
@@ -404,14 +416,22 @@ impl Rooms {
     }
 }
 
+/// Runs `publish`, which writes room frames into members' sockets, outside
+/// tokio's cooperative budget. Within the budget only the first 128 socket
+/// operations of a task's turn go through and every later write is refused
+/// as if the socket were full, so a tick's frames would queue and wake every
+/// member's task, the very cost writing directly avoids. The work is
+/// bounded anyway: one write per member per frame.
+pub async fn fan_out<T>(publish: impl FnOnce() -> T) -> T {
+    tokio::task::unconstrained(async move { publish() }).await
+}
+
 /// One connection's place in a room. Dropping it leaves the room (reason
 /// DISCONNECTED), so no member outlives its connection.
 pub struct Membership {
     rooms: Arc<Rooms>,
     room: Arc<Room>,
     id: MemberId,
-    subscription: Subscription,
-    welcome: Option<Frame>,
     left: bool,
 }
 
@@ -422,11 +442,6 @@ impl Membership {
 
     pub fn room(&self) -> &str {
         self.room.name()
-    }
-
-    /// The `Welcome` frame, once.
-    pub fn take_welcome(&mut self) -> Option<Frame> {
-        self.welcome.take()
     }
 
     /// Queues a move (already throttled) for the next tick.
@@ -441,22 +456,18 @@ impl Membership {
             text,
             server_time_ms: self.rooms.clock.now_ms(),
         }));
-        self.room.fanout.publish(frame);
+        self.room.state().publish(&frame);
     }
 
-    /// The next frame for this member.
-    pub async fn recv(&mut self) -> Delivery {
-        self.subscription.recv().await
-    }
-
-    /// A fresh subscription and the `Resync` snapshot that matches it, for
-    /// a receiver that lagged.
-    pub fn resync(&mut self) -> Frame {
+    /// Sends this member a `Resync` snapshot of the room as it is now, for
+    /// a receiver that missed frames. Under the room lock, so it lands in
+    /// order with the room's frames.
+    pub fn resync(&self) {
         let st = self.room.state();
-        self.subscription = self.room.fanout.subscribe();
-        let snapshot = st.snapshot(self.rooms.clock.now_ms());
-        drop(st);
-        encode_server(Body::Resync(snapshot))
+        if let Some(me) = st.members.get(&self.id) {
+            let snapshot = st.snapshot(self.rooms.clock.now_ms());
+            me.sink.send_snapshot(encode_server(Body::Resync(snapshot)));
+        }
     }
 
     /// Leaves the room; the others get `Left` with `reason`.

@@ -1,6 +1,60 @@
+use std::collections::VecDeque;
+
 use super::*;
 use crate::protocol::{decode_motion, pb::ServerMessage};
 use prost::Message as _;
+use tokio::sync::Notify;
+
+/// A member's sink without a socket: it holds `capacity` frames, then drops
+/// room frames until the next snapshot, as a full socket would.
+struct Inbox {
+    frames: Mutex<VecDeque<Frame>>,
+    lagged: AtomicBool,
+    capacity: usize,
+    arrived: Notify,
+}
+
+impl Inbox {
+    fn new(capacity: usize) -> Arc<Self> {
+        Arc::new(Self {
+            frames: Mutex::new(VecDeque::new()),
+            lagged: AtomicBool::new(false),
+            capacity,
+            arrived: Notify::new(),
+        })
+    }
+
+    fn frames(&self) -> MutexGuard<'_, VecDeque<Frame>> {
+        self.frames.lock().expect("inbox lock")
+    }
+
+    fn is_empty(&self) -> bool {
+        self.frames().is_empty()
+    }
+
+    fn push(&self, frame: Frame) {
+        self.frames().push_back(frame);
+        self.arrived.notify_one();
+    }
+}
+
+impl Sink for Inbox {
+    fn send(&self, frame: &Frame) {
+        if self.lagged.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.frames().len() >= self.capacity {
+            self.lagged.store(true, Ordering::Relaxed);
+            return;
+        }
+        self.push(frame.clone());
+    }
+
+    fn send_snapshot(&self, frame: Frame) {
+        self.lagged.store(false, Ordering::Relaxed);
+        self.push(frame);
+    }
+}
 
 fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
     Rooms::new(
@@ -8,7 +62,6 @@ fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
             tick: Duration::from_millis(tick_ms),
             motion_time_unit_ms: 100,
             capacity,
-            buffer: 16,
             spawn: Position { x: 10, y: 10 },
             world: Position { x: 5_000, y: 5_000 },
             limits: pb::Limits::default(),
@@ -22,11 +75,38 @@ fn decode(frame: &Frame) -> ServerMessage {
     ServerMessage::decode(frame.clone()).expect("valid frame")
 }
 
-async fn next(m: &mut Membership) -> ServerMessage {
-    match tokio::time::timeout(Duration::from_secs(1), m.recv()).await {
-        Ok(Delivery::Frame(f)) => decode(&f),
-        other => panic!("expected a frame, got {other:?}"),
-    }
+/// Joins `room` with an inbox of 16 frames.
+fn join(rooms: &Arc<Rooms>, room: &str, name: &str) -> (Membership, Arc<Inbox>) {
+    join_with(rooms, room, name, 16).expect("joins")
+}
+
+fn join_with(
+    rooms: &Arc<Rooms>,
+    room: &str,
+    name: &str,
+    capacity: usize,
+) -> Result<(Membership, Arc<Inbox>), JoinError> {
+    let inbox = Inbox::new(capacity);
+    let sink: Arc<dyn Sink> = inbox.clone();
+    rooms
+        .join(room, name.into(), sink)
+        .map(|m| (m, Arc::clone(&inbox)))
+}
+
+/// The next frame in `inbox`, waiting (bounded) for it.
+async fn next(inbox: &Inbox) -> ServerMessage {
+    let wait = async {
+        loop {
+            let arrived = inbox.arrived.notified();
+            if let Some(frame) = inbox.frames().pop_front() {
+                return decode(&frame);
+            }
+            arrived.await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(1), wait)
+        .await
+        .expect("a frame within a second")
 }
 
 fn at(x: u32) -> Motion {
@@ -36,17 +116,16 @@ fn at(x: u32) -> Motion {
 #[tokio::test]
 async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
     let rooms = rooms(10, 100);
-    let mut ada = rooms.join("lobby", "Ada".into()).expect("joins");
-    let welcome = decode(&ada.take_welcome().expect("welcome"));
-    let Some(Body::Welcome(w)) = welcome.body else {
+    let (_ada, ada) = join(&rooms, "lobby", "Ada");
+    let Some(Body::Welcome(w)) = next(&ada).await.body else {
         panic!("not a welcome")
     };
     assert_eq!((w.member_id, w.room.as_str()), (0, "lobby"));
     assert_eq!(w.snapshot.expect("snapshot").members.len(), 1);
 
-    let mut bo = rooms.join("lobby", "Bo".into()).expect("joins");
+    let (bo, bo_inbox) = join(&rooms, "lobby", "Bo");
     assert_eq!(bo.id(), MemberId(1));
-    let Some(Body::Welcome(w)) = decode(&bo.take_welcome().expect("welcome")).body else {
+    let Some(Body::Welcome(w)) = next(&bo_inbox).await.body else {
         panic!("not a welcome")
     };
     let names: Vec<_> = w
@@ -57,7 +136,7 @@ async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
         .map(|m| m.name)
         .collect();
     assert_eq!(names, ["Ada", "Bo"]);
-    match next(&mut ada).await.body {
+    match next(&ada).await.body {
         Some(Body::Joined(j)) => assert_eq!(j.member.expect("member").name, "Bo"),
         other => panic!("{other:?}"),
     }
@@ -70,7 +149,7 @@ async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
     );
 
     bo.leave(LeaveReason::Left);
-    match next(&mut ada).await.body {
+    match next(&ada).await.body {
         Some(Body::Left(l)) => assert_eq!((l.member_id, l.reason), (1, LeaveReason::Left as i32)),
         other => panic!("{other:?}"),
     }
@@ -79,10 +158,10 @@ async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
 #[tokio::test]
 async fn ids_are_reused_and_empty_rooms_disappear() {
     let rooms = rooms(10, 100);
-    let a = rooms.join("r", "a".into()).expect("joins");
-    let b = rooms.join("r", "b".into()).expect("joins");
+    let a = join(&rooms, "r", "a");
+    let b = join(&rooms, "r", "b");
     drop(a);
-    let c = rooms.join("r", "c".into()).expect("joins");
+    let (c, _) = join(&rooms, "r", "c");
     assert_eq!(c.id(), MemberId(0));
     drop((b, c));
     assert!(rooms.list().is_empty());
@@ -93,31 +172,32 @@ async fn ids_are_reused_and_empty_rooms_disappear() {
 #[tokio::test]
 async fn a_full_room_refuses() {
     let rooms = rooms(2, 100);
-    let _a = rooms.join("r", "a".into()).expect("joins");
-    let _b = rooms.join("r", "b".into()).expect("joins");
+    let _a = join(&rooms, "r", "a");
+    let _b = join(&rooms, "r", "b");
     assert_eq!(
-        rooms.join("r", "c".into()).err(),
+        join_with(&rooms, "r", "c", 16).err(),
         Some(JoinError::RoomFull {
             room: "r".into(),
             capacity: 2
         })
     );
-    assert!(rooms.join("other", "c".into()).is_ok());
+    assert!(join_with(&rooms, "other", "c", 16).is_ok());
 }
 
 #[tokio::test]
 async fn one_batch_per_tick_with_the_newest_move_of_each_member() {
     let rooms = rooms(10, 100);
-    let mut watcher = rooms.join("r", "w".into()).expect("joins");
-    let a = rooms.join("r", "a".into()).expect("joins");
-    let b = rooms.join("r", "b".into()).expect("joins");
-    next(&mut watcher).await; // Joined a
-    next(&mut watcher).await; // Joined b
+    let (_w, watcher) = join(&rooms, "r", "w");
+    let (a, _) = join(&rooms, "r", "a");
+    let (b, _) = join(&rooms, "r", "b");
+    next(&watcher).await; // Welcome
+    next(&watcher).await; // Joined a
+    next(&watcher).await; // Joined b
     a.submit(at(1));
     b.submit(at(2));
     a.submit(at(3));
     rooms.flush_all(1_000_000);
-    let batch = next(&mut watcher).await;
+    let batch = next(&watcher).await;
     let (time, records) = decode_motion(&batch.motion).expect("batch");
     assert_eq!(time, (1_000_000 / 100 % 128) as u32);
     assert_eq!(
@@ -137,21 +217,18 @@ async fn one_batch_per_tick_with_the_newest_move_of_each_member() {
     assert_eq!(rooms.metrics.moves_applied.get(), 2);
     // Nothing pending: no frame on the next tick.
     rooms.flush_all(1_000_100);
-    assert!(
-        tokio::time::timeout(Duration::from_millis(20), watcher.recv())
-            .await
-            .is_err()
-    );
+    assert!(watcher.is_empty());
 }
 
 #[tokio::test]
 async fn a_zero_tick_sends_each_move_at_once() {
     let rooms = rooms(10, 0);
-    let mut watcher = rooms.join("r", "w".into()).expect("joins");
-    let a = rooms.join("r", "a".into()).expect("joins");
-    next(&mut watcher).await;
+    let (_w, watcher) = join(&rooms, "r", "w");
+    let (a, _) = join(&rooms, "r", "a");
+    next(&watcher).await; // Welcome
+    next(&watcher).await; // Joined a
     a.submit(at(7));
-    let (_, records) = decode_motion(&next(&mut watcher).await.motion).expect("batch");
+    let (_, records) = decode_motion(&next(&watcher).await.motion).expect("batch");
     assert_eq!(
         records,
         [MotionRecord {
@@ -164,14 +241,17 @@ async fn a_zero_tick_sends_each_move_at_once() {
 #[tokio::test]
 async fn a_lagging_member_resyncs_from_a_fresh_snapshot() {
     let rooms = rooms(10, 100);
-    let mut slow = rooms.join("r", "slow".into()).expect("joins");
-    let a = rooms.join("r", "a".into()).expect("joins");
+    let (slow, inbox) = join(&rooms, "r", "slow");
+    let (a, _) = join(&rooms, "r", "a");
     for i in 0..40 {
         a.submit(at(i));
         rooms.flush_all(1_000 + u64::from(i) * 100);
     }
-    assert!(matches!(slow.recv().await, Delivery::Lagged(_)));
-    let Some(Body::Resync(s)) = decode(&slow.resync()).body else {
+    assert!(inbox.lagged.load(Ordering::Relaxed));
+    slow.resync();
+    let held: Vec<_> = inbox.frames().drain(..).collect();
+    assert_eq!(held.len(), 17, "16 frames kept, then the snapshot");
+    let Some(Body::Resync(s)) = decode(&held[16]).body else {
         panic!("not a resync")
     };
     let a_now = s
@@ -180,10 +260,10 @@ async fn a_lagging_member_resyncs_from_a_fresh_snapshot() {
         .find(|m| m.id == a.id().0)
         .expect("a in snapshot");
     assert_eq!(a_now.position, Some(pb::Position { x: 39, y: 0 }));
-    // The new subscription starts after the snapshot.
+    // Room frames flow again after the snapshot.
     a.submit(at(99));
     rooms.flush_all(10_000);
-    let (_, records) = decode_motion(&next(&mut slow).await.motion).expect("batch");
+    let (_, records) = decode_motion(&next(&inbox).await.motion).expect("batch");
     assert_eq!(records[0].motion, at(99));
 }
 
@@ -192,11 +272,12 @@ async fn the_ticker_flushes_on_the_tick_grid() {
     let rooms = rooms(10, 100);
     let token = CancellationToken::new();
     let ticker = tokio::spawn(Arc::clone(&rooms).run_ticker(token.clone()));
-    let mut watcher = rooms.join("r", "w".into()).expect("joins");
-    let a = rooms.join("r", "a".into()).expect("joins");
-    next(&mut watcher).await;
+    let (_w, watcher) = join(&rooms, "r", "w");
+    let (a, _) = join(&rooms, "r", "a");
+    next(&watcher).await; // Welcome
+    next(&watcher).await; // Joined a
     a.submit(at(5));
-    let batch = next(&mut watcher).await;
+    let batch = next(&watcher).await;
     let (time, _) = decode_motion(&batch.motion).expect("batch");
     let now = rooms.clock.now_ms();
     assert_eq!(now % 100, 0, "flushed on the grid");
@@ -211,7 +292,6 @@ fn spawn_points_are_spread_and_inside_the_world() {
         tick: Duration::from_millis(100),
         motion_time_unit_ms: 100,
         capacity: 500,
-        buffer: 16,
         spawn: Position { x: 2_500, y: 2_500 },
         world: Position { x: 5_000, y: 5_000 },
         limits: pb::Limits::default(),

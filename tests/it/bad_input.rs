@@ -339,3 +339,52 @@ async fn broken_websocket_framing_closes_with_1002() {
     room.still_serves().await;
     assert_eq!(room.rejected("malformed").await, 1.0);
 }
+
+#[tokio::test]
+async fn a_bad_websocket_handshake_is_refused_with_a_reason() {
+    let server = TestServer::start().await;
+    // A plain GET, as from a browser's address bar.
+    let (status, body) = server.get("/ws").await;
+    assert!(status.contains("426"), "{status}");
+    assert!(body.contains("connect with a WebSocket client"), "{body}");
+
+    let key = "dGhlIHNhbXBsZSBub25jZQ==";
+    let upgrade = |extra: &str| {
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: test\r\nConnection: Upgrade, close\r\n\
+             Upgrade: websocket\r\n{extra}\r\n"
+        )
+    };
+    let old = server
+        .request(&upgrade(&format!(
+            "Sec-WebSocket-Version: 8\r\nSec-WebSocket-Key: {key}\r\n"
+        )))
+        .await;
+    assert!(old.starts_with("HTTP/1.1 400"), "{old}");
+    assert!(old.contains("send Sec-WebSocket-Version: 13"), "{old}");
+    let keyless = server
+        .request(&upgrade("Sec-WebSocket-Version: 13\r\n"))
+        .await;
+    assert!(keyless.starts_with("HTTP/1.1 400"), "{keyless}");
+    assert!(keyless.contains("missing Sec-WebSocket-Key"), "{keyless}");
+    assert_eq!(server.metric("amble_upgrades_refused_total").await, 3.0);
+
+    // The RFC 6455 sample key; no subprotocol offered, none chosen.
+    let head = server
+        .request_head(&format!(
+            "GET /ws HTTP/1.1\r\nHost: test\r\nConnection: keep-alive, Upgrade\r\n\
+             Upgrade: WebSocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n"
+        ))
+        .await
+        .to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 101"), "{head}");
+    assert!(
+        head.contains("sec-websocket-accept: s3pplmbitxaq9kygzzhzrbk+xoo="),
+        "{head}"
+    );
+    assert!(!head.contains("sec-websocket-protocol"), "{head}");
+
+    // And the server goes on serving.
+    let (mut a, _) = server.joined("lobby", "a").await;
+    a.ping().await;
+}

@@ -136,7 +136,7 @@ async fn a_flood_is_closed_with_1008_and_the_room_told() {
 #[tokio::test]
 async fn a_slow_receiver_resyncs_and_the_others_are_unaffected() {
     let server = TestServer::with(config(|c| {
-        c.room_buffer = 4;
+        c.send_queue_bytes = 1_024;
         c.socket_send_buffer = 4_096;
         c.chat_interval_ms = 1;
         c.chat_burst = 10_000;
@@ -200,4 +200,22 @@ async fn a_slow_receiver_resyncs_and_the_others_are_unaffected() {
     let records = slow.next_motion().await;
     assert_eq!(records[0].motion.position, Position { x: 77, y: 77 });
     assert!(server.metric("amble_resyncs_total").await >= 1.0);
+}
+
+#[tokio::test]
+async fn a_room_writes_straight_into_every_socket_however_many() {
+    // More members than tokio's per-turn I/O budget (128): their frames must
+    // still go straight into the sockets, none queued behind a wakeup.
+    let server = TestServer::start().await;
+    let mut members = Vec::new();
+    for i in 0..150 {
+        members.push(server.joined("crowd", &format!("m{i}")).await.0);
+    }
+    members[0].send_move(42, 42, 1).await;
+    for m in members.iter_mut().rev() {
+        let records = m.next_motion().await;
+        assert_eq!(records[0].motion.position, Position { x: 42, y: 42 });
+    }
+    assert_eq!(server.metric("amble_send_backlogs_total").await, 0.0);
+    assert_eq!(server.metric("amble_frames_dropped_total").await, 0.0);
 }

@@ -87,6 +87,36 @@ impl TestServer {
         )
     }
 
+    /// Sends `raw` as the whole request and returns the whole response (the
+    /// request should ask for `Connection: close`).
+    pub async fn request(&self, raw: &str) -> String {
+        let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
+        tcp.write_all(raw.as_bytes()).await.expect("write");
+        let mut out = Vec::new();
+        within("http response", tcp.read_to_end(&mut out))
+            .await
+            .expect("read");
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    /// Sends `raw` and returns the response head (status line and headers),
+    /// leaving the connection open, as for an upgrade.
+    pub async fn request_head(&self, raw: &str) -> String {
+        let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
+        tcp.write_all(raw.as_bytes()).await.expect("write");
+        let mut out = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !out.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = within("response head", tcp.read(&mut buf))
+                .await
+                .expect("read");
+            assert!(n > 0, "closed before the head ended");
+            assert!(out.len() < 16 * 1024, "head too long");
+            out.extend_from_slice(&buf[..n]);
+        }
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
     /// The value of one metric line (exact name and labels) in `/metrics`.
     pub async fn metric(&self, series: &str) -> f64 {
         let (_, body) = self.get("/metrics").await;

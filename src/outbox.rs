@@ -1,0 +1,390 @@
+//! The write side of one client socket, shared by its connection and its
+//! room.
+//!
+//! A room writes its frames straight into every member's socket, under the
+//! room lock, without waking the members' tasks: the socket write is a
+//! non-blocking `send` with nobody waiting on it. What the socket does not
+//! take at once queues here, in order, and the connection task writes it
+//! when the socket drains. Past `limit` queued bytes a member stops
+//! receiving room frames and is owed a `Resync` snapshot instead, so a slow
+//! reader costs the room nothing and never holds memory without bound.
+//!
+//! The same queue carries what tungstenite writes for the connection task
+//! (its own replies, pings, pongs, close frames), through [`WsIo`]. Every
+//! write is taken whole, so the byte stream stays a sequence of complete
+//! WebSocket frames whichever side wrote them.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::Instant;
+
+use crate::fanout::{Frame, Sink};
+use crate::metrics::Metrics;
+
+/// Frames up to this size are written with one plain `send` of a copy;
+/// larger ones as two slices, header and shared payload.
+const SMALL_FRAME: usize = 512;
+
+/// One socket's outgoing bytes.
+pub struct Outbox<S> {
+    state: Mutex<State<S>>,
+    metrics: Arc<Metrics>,
+    /// Queued bytes past which room frames are dropped (and a resync owed).
+    limit: usize,
+    /// Queued bytes past which the connection's own writes wait.
+    hard_limit: usize,
+}
+
+struct State<S> {
+    io: S,
+    /// Accepted but unwritten bytes: whole frames, in order (the front one
+    /// may be partly written).
+    queue: VecDeque<Bytes>,
+    /// Bytes ever queued and ever written from the queue; the difference
+    /// is what waits now.
+    enqueued: u64,
+    written: u64,
+    /// `enqueued` just after the newest snapshot: bytes up to here belong
+    /// to snapshots or earlier and do not count against `limit`, so a big
+    /// snapshot cannot make its own member lag again.
+    snapshot_end: u64,
+    /// Room frames were dropped; the next snapshot ends it.
+    lagged: bool,
+    /// The socket failed; nothing more is written.
+    failed: bool,
+    /// When the current backlog began, and whether its owner has been told.
+    backlog: Option<Instant>,
+    reported: bool,
+    /// The connection task, while it waits for something to happen here.
+    waker: Option<Waker>,
+}
+
+/// What the connection task must act on (see [`Outbox::poll_event`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The socket stopped taking bytes at this instant; the backlog is
+    /// being written as it drains.
+    Backlog(Instant),
+    /// The backlog is written.
+    Drained,
+    /// Room frames were dropped: the member needs a `Resync`.
+    Lagged,
+    /// A write failed: the peer is gone.
+    Failed,
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
+    /// `limit`: queued bytes a member may have before it misses room
+    /// frames. `largest_frame`: the largest frame the server writes.
+    pub fn new(io: S, metrics: Arc<Metrics>, limit: usize, largest_frame: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(State {
+                io,
+                queue: VecDeque::new(),
+                enqueued: 0,
+                written: 0,
+                snapshot_end: 0,
+                lagged: false,
+                failed: false,
+                backlog: None,
+                reported: false,
+                waker: None,
+            }),
+            metrics,
+            limit,
+            hard_limit: limit.saturating_add(largest_frame.saturating_mul(2)),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<S>> {
+        // Every critical section leaves the queue whole; a panic in one
+        // cannot leave it torn, so poisoning is ignored.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn push(&self, frame: &Frame, snapshot: bool) {
+        let mut st = self.lock();
+        if st.failed {
+            return;
+        }
+        if snapshot {
+            // A snapshot supersedes every frame dropped before it.
+            st.lagged = false;
+        } else if st.lagged {
+            self.metrics.frames_dropped.inc();
+            return;
+        }
+        let (head, head_len) = header(frame.len());
+        let total = head_len + frame.len();
+        if !snapshot && st.room_backlog() + total > self.limit {
+            self.metrics.frames_dropped.inc();
+            st.lagged = true;
+            st.wake();
+            return;
+        }
+        self.metrics.sent(frame.len());
+        self.write_or_queue(&mut st, &head[..head_len], frame);
+        if snapshot {
+            st.snapshot_end = st.enqueued;
+        }
+    }
+
+    fn write_or_queue(&self, st: &mut State<S>, head: &[u8], frame: &Frame) {
+        let head_len = head.len();
+        let total = head_len + frame.len();
+        if st.queue.is_empty() {
+            let written = match st.write_now(head, frame) {
+                Ok(n) if n == total => return,
+                Ok(n) => n,
+                Err(_) => {
+                    st.failed = true;
+                    st.wake();
+                    return;
+                }
+            };
+            let metrics = &self.metrics;
+            if written < head_len {
+                st.enqueue(Bytes::copy_from_slice(&head[written..]), metrics);
+                st.enqueue(frame.clone(), metrics);
+            } else {
+                st.enqueue(frame.slice(written - head_len..), metrics);
+            }
+        } else {
+            st.enqueue(Bytes::copy_from_slice(head), &self.metrics);
+            st.enqueue(frame.clone(), &self.metrics);
+        }
+    }
+
+    /// Whether room frames were dropped since the last snapshot.
+    pub fn is_lagged(&self) -> bool {
+        self.lock().lagged
+    }
+
+    /// Forgets a lag: the member left its room, so no snapshot is owed.
+    pub fn clear_lag(&self) {
+        self.lock().lagged = false;
+    }
+
+    /// Writes what is queued as far as the socket takes it, and reports
+    /// what the connection task must act on; `Pending` when nothing.
+    pub fn poll_event(&self, cx: &mut Context<'_>) -> Poll<Event> {
+        let mut st = self.lock();
+        if st.failed {
+            return Poll::Ready(Event::Failed);
+        }
+        match st.drain(cx) {
+            Poll::Ready(Ok(())) => {}
+            Poll::Ready(Err(_)) => {
+                st.failed = true;
+                return Poll::Ready(Event::Failed);
+            }
+            Poll::Pending => {
+                // The socket will wake this task when it drains.
+                if let (Some(since), false) = (st.backlog, st.reported) {
+                    st.reported = true;
+                    return Poll::Ready(Event::Backlog(since));
+                }
+                return Poll::Pending;
+            }
+        }
+        if st.backlog.take().is_some() && std::mem::take(&mut st.reported) {
+            return Poll::Ready(Event::Drained);
+        }
+        if st.lagged {
+            return Poll::Ready(Event::Lagged);
+        }
+        match &st.waker {
+            Some(w) if w.will_wake(cx.waker()) => {}
+            _ => st.waker = Some(cx.waker().clone()),
+        }
+        Poll::Pending
+    }
+
+    /// The next [`Event`].
+    pub async fn event(&self) -> Event {
+        std::future::poll_fn(|cx| self.poll_event(cx)).await
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Sink for Outbox<S> {
+    fn send(&self, frame: &Frame) {
+        self.push(frame, false);
+    }
+
+    fn send_snapshot(&self, frame: Frame) {
+        self.push(&frame, true);
+    }
+}
+
+impl<S: AsyncWrite + Unpin> State<S> {
+    fn wake(&mut self) {
+        if let Some(w) = self.waker.take() {
+            w.wake();
+        }
+    }
+
+    fn enqueue(&mut self, bytes: Bytes, metrics: &Metrics) {
+        if self.queue.is_empty() && self.backlog.is_none() {
+            self.backlog = Some(Instant::now());
+            self.reported = false;
+            metrics.send_backlogs.inc();
+            self.wake();
+        }
+        self.enqueued += bytes.len() as u64;
+        self.queue.push_back(bytes);
+    }
+
+    /// Bytes waiting now.
+    fn queued(&self) -> usize {
+        usize::try_from(self.enqueued - self.written).unwrap_or(usize::MAX)
+    }
+
+    /// Bytes waiting now that were queued after the newest snapshot.
+    fn room_backlog(&self) -> usize {
+        let from = self.written.max(self.snapshot_end);
+        usize::try_from(self.enqueued.saturating_sub(from)).unwrap_or(usize::MAX)
+    }
+
+    /// One non-blocking write of a whole frame, nobody to wake: returns how
+    /// many bytes the socket took (0 when it would block).
+    fn write_now(&mut self, head: &[u8], payload: &[u8]) -> io::Result<usize> {
+        let mut cx = Context::from_waker(Waker::noop());
+        let io = Pin::new(&mut self.io);
+        let total = head.len() + payload.len();
+        let polled = if total <= SMALL_FRAME {
+            let mut buf = [0u8; SMALL_FRAME];
+            buf[..head.len()].copy_from_slice(head);
+            buf[head.len()..total].copy_from_slice(payload);
+            io.poll_write(&mut cx, &buf[..total])
+        } else {
+            io.poll_write_vectored(&mut cx, &[IoSlice::new(head), IoSlice::new(payload)])
+        };
+        match polled {
+            Poll::Ready(Ok(0)) if total > 0 => Err(io::ErrorKind::WriteZero.into()),
+            Poll::Ready(result) => result,
+            Poll::Pending => Ok(0),
+        }
+    }
+
+    /// Writes the queue until it is empty or the socket would block (then
+    /// `cx` is woken when it drains).
+    fn drain(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some(front) = self.queue.front_mut() {
+            match Pin::new(&mut self.io).poll_write(cx, front) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    self.written += n as u64;
+                    if n == front.len() {
+                        self.queue.pop_front();
+                    } else {
+                        front.advance(n);
+                    }
+                }
+                Poll::Ready(Err(err)) => return Poll::Ready(Err(err)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The header of an unmasked, final, binary WebSocket frame of `len`
+/// payload bytes (RFC 6455 section 5.2), and how long it is.
+fn header(len: usize) -> ([u8; 10], usize) {
+    let mut head = [0u8; 10];
+    head[0] = 0x82;
+    if len < 126 {
+        head[1] = len as u8;
+        (head, 2)
+    } else if let Ok(short) = u16::try_from(len) {
+        head[1] = 126;
+        head[2..4].copy_from_slice(&short.to_be_bytes());
+        (head, 4)
+    } else {
+        head[1] = 127;
+        head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
+        (head, 10)
+    }
+}
+
+/// The socket as tungstenite sees it: reads go to the socket, writes
+/// through the outbox queue, so they keep their place among room frames.
+pub struct WsIo<S>(pub Arc<Outbox<S>>);
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for WsIo<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0.lock().io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WsIo<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let outbox = &self.0;
+        let mut st = outbox.lock();
+        if st.failed {
+            return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        if st.queue.is_empty() {
+            match Pin::new(&mut st.io).poll_write(cx, buf) {
+                Poll::Ready(Ok(n)) if n == buf.len() => return Poll::Ready(Ok(n)),
+                Poll::Ready(Ok(n)) => {
+                    st.enqueue(Bytes::copy_from_slice(&buf[n..]), &outbox.metrics)
+                }
+                Poll::Ready(Err(err)) => {
+                    st.failed = true;
+                    return Poll::Ready(Err(err));
+                }
+                Poll::Pending => st.enqueue(Bytes::copy_from_slice(buf), &outbox.metrics),
+            }
+            return Poll::Ready(Ok(buf.len()));
+        }
+        if let Poll::Ready(Err(err)) = st.drain(cx) {
+            st.failed = true;
+            return Poll::Ready(Err(err));
+        }
+        if !st.queue.is_empty() && st.queued() + buf.len() > outbox.hard_limit {
+            // `drain` left this task registered for when the socket drains.
+            return Poll::Pending;
+        }
+        st.enqueue(Bytes::copy_from_slice(buf), &outbox.metrics);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.0.lock();
+        match st.drain(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut st.io).poll_flush(cx),
+            Poll::Ready(Err(err)) => {
+                st.failed = true;
+                Poll::Ready(Err(err))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let mut st = self.0.lock();
+        match st.drain(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut st.io).poll_shutdown(cx),
+            Poll::Ready(Err(err)) => Poll::Ready(Err(err)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
