@@ -184,14 +184,32 @@ pub async fn refuse(mut socket: Socket, shared: Arc<Shared>) {
     let _ = timeout(bounded, socket.send(close)).await;
 }
 
+/// When a connection's first keepalive check falls: one `period` from now,
+/// rounded up to a whole second of server time (or to a whole `period`,
+/// when shorter). Connections then share their checks' instants, and a
+/// quiet server wakes once a second for the connections due, rather than
+/// once for each of them.
+fn keepalive_start(shared: &Shared, period: Duration) -> Instant {
+    let unit = u64::try_from(period.as_millis())
+        .unwrap_or(u64::MAX)
+        .clamp(1, 1000);
+    let due = shared
+        .clock
+        .now_ms()
+        .saturating_add(u64::try_from(period.as_millis()).unwrap_or(u64::MAX));
+    shared
+        .clock
+        .instant_at(due.div_ceil(unit).saturating_mul(unit))
+}
+
 impl Connection {
     async fn serve(&mut self) -> End {
         let config = Arc::clone(&self.shared.config);
         let idle_timeout = Duration::from_millis(config.idle_timeout_ms);
         let ping_every = Duration::from_millis(config.ping_interval_ms);
-        let mut keepalive = tokio::time::interval(ping_every.min(idle_timeout));
+        let period = ping_every.min(idle_timeout);
+        let mut keepalive = tokio::time::interval_at(keepalive_start(&self.shared, period), period);
         keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
-        keepalive.reset();
         // Futures that live across iterations are made once: re-creating
         // them every turn would register and drop waiters each time.
         let shutdown = self.shared.shutdown.clone();

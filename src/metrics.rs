@@ -77,6 +77,12 @@ impl Metrics {
         self.bytes_sent.inc_by(bytes as u64);
     }
 
+    /// Counts one frame of `bytes` handed to `receivers` sockets.
+    pub fn sent_to(&self, receivers: usize, bytes: usize) {
+        self.frames_sent.inc_by(receivers as u64);
+        self.bytes_sent.inc_by((receivers * bytes) as u64);
+    }
+
     fn registry(&self) -> &Registry {
         self.registry.get_or_init(|| {
             let mut r = Registry::with_prefix("amble");
@@ -128,7 +134,7 @@ impl Metrics {
             );
             r.register(
                 "frames_sent",
-                "Frames sent to clients",
+                "Frames handed to client sockets (those dropped for a reader that fell behind are also in frames_dropped)",
                 self.frames_sent.clone(),
             );
             r.register(

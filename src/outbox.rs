@@ -128,7 +128,6 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
             st.wake();
             return;
         }
-        self.metrics.sent(frame.len());
         self.write_or_queue(&mut st, &head[..head_len], frame);
         if snapshot {
             st.snapshot_end = st.enqueued;

@@ -62,10 +62,36 @@ pub struct Rooms {
     shutting_down: AtomicBool,
 }
 
-/// One room: its members, each with the sink its frames go to.
+/// One room: its members' state, and the sinks its frames go to.
+///
+/// Two locks, taken in this order: `state` for what the room knows, and
+/// `out` while frames are written. A publisher takes `out` before it lets
+/// go of `state`, so frames go out in the order of the state changes that
+/// made them, and moves arriving meanwhile only wait for the short `state`
+/// sections, never for the sockets.
 pub struct Room {
     name: Arc<str>,
     state: Mutex<State>,
+    out: Mutex<Out>,
+}
+
+/// Every member's sink, in join order.
+struct Out {
+    sinks: Vec<(MemberId, Arc<dyn Sink>)>,
+}
+
+impl Out {
+    /// Hands `frame` to every member.
+    fn publish(&self, frame: &Frame, metrics: &Metrics) {
+        for (_, sink) in &self.sinks {
+            sink.send(frame);
+        }
+        metrics.sent_to(self.sinks.len(), frame.len());
+    }
+
+    fn sink(&self, id: MemberId) -> Option<&Arc<dyn Sink>> {
+        self.sinks.iter().find(|(m, _)| *m == id).map(|(_, s)| s)
+    }
 }
 
 struct State {
@@ -82,8 +108,6 @@ struct Member {
     moved_at_ms: u64,
     /// The newest move not yet applied.
     pending: Option<Motion>,
-    /// Where this member's frames go: its connection's socket.
-    sink: Arc<dyn Sink>,
 }
 
 /// A room name and how many members it has, for `GET /api/rooms`.
@@ -100,20 +124,25 @@ impl Room {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// The sinks, to write to. Taken while holding `state` (see [`Room`]).
+    fn out(&self) -> MutexGuard<'_, Out> {
+        // A panic while writing leaves the list whole.
+        self.out.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes `frame` to every member, after the state change under `st`.
+    fn publish(&self, st: MutexGuard<'_, State>, frame: &Frame, metrics: &Metrics) {
+        let out = self.out();
+        drop(st);
+        out.publish(frame, metrics);
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
 }
 
 impl State {
-    /// Hands `frame` to every member. Called under the room lock, so all
-    /// members receive the room's frames in one order.
-    fn publish(&self, frame: &Frame) {
-        for member in self.members.values() {
-            member.sink.send(frame);
-        }
-    }
-
     fn snapshot(&self, now_ms: u64) -> pb::Snapshot {
         pb::Snapshot {
             server_time_ms: now_ms,
@@ -205,6 +234,7 @@ impl Rooms {
                         dirty: Vec::new(),
                         open: true,
                     }),
+                    out: Mutex::new(Out { sinks: Vec::new() }),
                 })
             });
             let handle = Arc::clone(entry.value());
@@ -232,23 +262,26 @@ impl Rooms {
                 motion: Motion::standing(spawn_point(&self.settings, id)),
                 moved_at_ms: now_ms,
                 pending: None,
-                sink: Arc::clone(&sink),
             };
             let joined = encode_server(Body::Joined(pb::Joined {
                 member: Some(member_pb(id, &member)),
             }));
-            st.publish(&joined);
             st.members.insert(id, member);
-            // Under the same lock as every room frame: the first frame the
-            // new member sees after its snapshot is the first one after it.
             let welcome = encode_server(Body::Welcome(pb::Welcome {
                 member_id: id.0,
                 room: room.to_owned(),
                 limits: Some(self.settings.limits),
                 snapshot: Some(st.snapshot(now_ms)),
             }));
-            sink.send_snapshot(welcome);
+            // In order with every room frame: the first frame the new member
+            // sees after its snapshot is the first one after it.
+            let mut out = handle.out();
             drop(st);
+            out.publish(&joined, &self.metrics);
+            self.metrics.sent_to(1, welcome.len());
+            sink.send_snapshot(welcome);
+            out.sinks.push((id, sink));
+            drop(out);
             self.metrics.members.inc();
             return Ok(Membership {
                 rooms: Arc::clone(self),
@@ -265,19 +298,22 @@ impl Rooms {
             if st.members.remove(&id).is_none() {
                 return;
             }
-            if st.members.is_empty() {
+            let now_empty = st.members.is_empty();
+            if now_empty {
                 st.open = false;
-                true
-            } else {
-                // At shutdown everyone is leaving: spare the n² Left frames.
-                if !self.shutting_down.load(Ordering::Relaxed) {
-                    st.publish(&encode_server(Body::Left(pb::Left {
-                        member_id: id.0,
-                        reason: reason as i32,
-                    })));
-                }
-                false
             }
+            let mut out = room.out();
+            drop(st);
+            out.sinks.retain(|(m, _)| *m != id);
+            // At shutdown everyone is leaving: spare the n² Left frames.
+            if !now_empty && !self.shutting_down.load(Ordering::Relaxed) {
+                let left = encode_server(Body::Left(pb::Left {
+                    member_id: id.0,
+                    reason: reason as i32,
+                }));
+                out.publish(&left, &self.metrics);
+            }
+            now_empty
         };
         self.metrics.members.dec();
         if now_empty {
@@ -312,7 +348,8 @@ impl Rooms {
             member.motion = motion;
             member.moved_at_ms = now_ms;
             let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
-            st.publish(&encode_motion(time, &[MotionRecord { member: id, motion }]));
+            let frame = encode_motion(time, &[MotionRecord { member: id, motion }]);
+            room.publish(st, &frame, &self.metrics);
             self.metrics.moves_applied.inc();
             self.metrics.batches.inc();
             return;
@@ -355,9 +392,7 @@ impl Rooms {
             return;
         }
         let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
-        // Published under the lock, so batches and Joined/Left keep one order.
-        st.publish(&encode_motion(time, records));
-        drop(st);
+        room.publish(st, &encode_motion(time, records), &self.metrics);
         self.metrics.moves_applied.inc_by(records.len() as u64);
         self.metrics.batches.inc();
     }
@@ -456,17 +491,20 @@ impl Membership {
             text,
             server_time_ms: self.rooms.clock.now_ms(),
         }));
-        self.room.state().publish(&frame);
+        let st = self.room.state();
+        self.room.publish(st, &frame, &self.rooms.metrics);
     }
 
     /// Sends this member a `Resync` snapshot of the room as it is now, for
-    /// a receiver that missed frames. Under the room lock, so it lands in
-    /// order with the room's frames.
+    /// a receiver that missed frames. In order with the room's frames.
     pub fn resync(&self) {
         let st = self.room.state();
-        if let Some(me) = st.members.get(&self.id) {
-            let snapshot = st.snapshot(self.rooms.clock.now_ms());
-            me.sink.send_snapshot(encode_server(Body::Resync(snapshot)));
+        let snapshot = encode_server(Body::Resync(st.snapshot(self.rooms.clock.now_ms())));
+        let out = self.room.out();
+        drop(st);
+        if let Some(sink) = out.sink(self.id) {
+            self.rooms.metrics.sent_to(1, snapshot.len());
+            sink.send_snapshot(snapshot);
         }
     }
 
