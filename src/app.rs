@@ -78,6 +78,10 @@ async fn upgrade(
                 let headers = response.headers_mut();
                 headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
                 headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+                headers.insert(
+                    header::SEC_WEBSOCKET_VERSION,
+                    HeaderValue::from_static("13"),
+                );
             }
             return response;
         }
@@ -186,14 +190,21 @@ fn accept_key(
         .get(header::SEC_WEBSOCKET_VERSION)
         .is_none_or(|v| v.as_bytes() != b"13")
     {
+        // RFC 6455 section 4.4: 426, naming the version we speak.
         return Err((
-            StatusCode::BAD_REQUEST,
+            StatusCode::UPGRADE_REQUIRED,
             "unsupported WebSocket version: send Sec-WebSocket-Version: 13",
         ));
     }
     let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
         return Err((StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key"));
     };
+    if !is_nonce(key.as_bytes()) {
+        return Err((
+            StatusCode::BAD_REQUEST,
+            "Sec-WebSocket-Key must be 16 random bytes in base64",
+        ));
+    }
     let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
     HeaderValue::from_str(&accept).map_err(|_| {
         (
@@ -201,6 +212,16 @@ fn accept_key(
             "accept key is not a header value",
         )
     })
+}
+
+/// Whether `key` is what RFC 6455 section 4.1 asks for: 16 bytes in
+/// base64, which is 22 characters and `==`.
+fn is_nonce(key: &[u8]) -> bool {
+    key.len() == 24
+        && key.ends_with(b"==")
+        && key[..22]
+            .iter()
+            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
 }
 
 /// The largest frame the server may have to write: a `Welcome` or `Resync`

@@ -232,20 +232,13 @@ impl Connection {
                 }
                 armed = due;
             }
+            // The socket comes last: every branch before it is rare and
+            // one-shot, and a client that keeps its socket busy (pings have
+            // no budget) must not starve its own stall or idle checks.
             let step = tokio::select! {
                 biased;
                 () = &mut cancelled => Err(End::Shutdown),
-                msg = self.socket.next() => match msg {
-                    Some(Ok(msg)) => {
-                        self.last_inbound = Instant::now();
-                        self.on_message(msg).await
-                    }
-                    Some(Err(err)) => self.on_socket_error(err).await,
-                    None => Err(End::Gone),
-                },
-                // After the socket: moves, chat and joins are bounded by
-                // their budgets, so only a client flooding its own socket
-                // with pings delays its own backlog.
+                () = &mut stall, if stall_armed => Err(End::Stalled),
                 event = outbox.event() => match event {
                     Event::Backlog(since) => {
                         stall.as_mut().reset(since + send_timeout);
@@ -260,12 +253,12 @@ impl Connection {
                         self.resync();
                         Ok(())
                     }
+                    Event::Overflowed => Err(End::Stalled),
                     Event::Failed => Err(End::Gone),
                 },
-                () = &mut stall, if stall_armed => Err(End::Stalled),
                 () = &mut deferral, if armed.is_some() => {
                     armed = None;
-                    self.apply_deferred();
+                    self.apply_deferred().await;
                     Ok(())
                 }
                 _ = keepalive.tick() => {
@@ -278,6 +271,14 @@ impl Connection {
                         Ok(())
                     }
                 }
+                msg = self.socket.next() => match msg {
+                    Some(Ok(msg)) => {
+                        self.last_inbound = Instant::now();
+                        self.on_message(msg).await
+                    }
+                    Some(Err(err)) => self.on_socket_error(err).await,
+                    None => Err(End::Gone),
+                },
             };
             if let Err(end) = step {
                 return end;
@@ -436,7 +437,8 @@ impl Connection {
                         if self.deferred.take().is_some() {
                             self.shared.metrics.moves_coalesced.inc();
                         }
-                        m.submit(motion);
+                        // With a zero tick this writes to the room at once.
+                        fan_out(|| m.submit(motion)).await;
                         Ok(())
                     }
                     Verdict::Defer(at) => {
@@ -494,14 +496,14 @@ impl Connection {
         }
     }
 
-    fn apply_deferred(&mut self) {
+    async fn apply_deferred(&mut self) {
         let Some(d) = self.deferred.take() else {
             return;
         };
         match self.moves.take_deferred(Instant::now()) {
             Admit::Now => {
                 if let Some(m) = &self.membership {
-                    m.submit(d.motion);
+                    fan_out(|| m.submit(d.motion)).await;
                 }
             }
             Admit::At(at) => self.deferred = Some(Deferred { at, ..d }),

@@ -58,9 +58,15 @@ struct State<S> {
     lagged: bool,
     /// The socket failed; nothing more is written.
     failed: bool,
-    /// When the current backlog began, and whether its owner has been told.
+    /// A whole snapshot did not fit under the hard limit: the peer is not
+    /// reading, and the connection must end.
+    overflowed: bool,
+    /// A Close frame has been written: no room frame may follow it.
+    sealed: bool,
+    /// When the current backlog began (`None` while the queue is empty),
+    /// and the start of the backlog the connection task was last told of.
     backlog: Option<Instant>,
-    reported: bool,
+    reported: Option<Instant>,
     /// The connection task, while it waits for something to happen here.
     waker: Option<Waker>,
 }
@@ -75,6 +81,9 @@ pub enum Event {
     Drained,
     /// Room frames were dropped: the member needs a `Resync`.
     Lagged,
+    /// A snapshot could not be queued within the hard limit: the peer has
+    /// stopped reading.
+    Overflowed,
     /// A write failed: the peer is gone.
     Failed,
 }
@@ -92,8 +101,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
                 snapshot_end: 0,
                 lagged: false,
                 failed: false,
+                overflowed: false,
+                sealed: false,
                 backlog: None,
-                reported: false,
+                reported: None,
                 waker: None,
             }),
             metrics,
@@ -110,23 +121,33 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
 
     fn push(&self, frame: &Frame, snapshot: bool) {
         let mut st = self.lock();
-        if st.failed {
+        if st.failed || st.overflowed || st.sealed {
             return;
         }
+        let (head, head_len) = header(frame.len());
+        let total = head_len + frame.len();
         if snapshot {
+            if st.queued() + total > self.hard_limit {
+                // Snapshot after snapshot into a socket nobody reads.
+                st.overflowed = true;
+                st.wake();
+                return;
+            }
             // A snapshot supersedes every frame dropped before it.
             st.lagged = false;
         } else if st.lagged {
             self.metrics.frames_dropped.inc();
             return;
-        }
-        let (head, head_len) = header(frame.len());
-        let total = head_len + frame.len();
-        if !snapshot && st.room_backlog() + total > self.limit {
-            self.metrics.frames_dropped.inc();
-            st.lagged = true;
-            st.wake();
-            return;
+        } else {
+            // A frame larger than the limit still goes to a reader that is
+            // keeping up; the limit is on what waits.
+            let waiting = st.room_backlog();
+            if waiting > 0 && waiting + total > self.limit {
+                self.metrics.frames_dropped.inc();
+                st.lagged = true;
+                st.wake();
+                return;
+            }
         }
         self.write_or_queue(&mut st, &head[..head_len], frame);
         if snapshot {
@@ -177,6 +198,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
         if st.failed {
             return Poll::Ready(Event::Failed);
         }
+        if st.overflowed {
+            return Poll::Ready(Event::Overflowed);
+        }
         match st.drain(cx) {
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(_)) => {
@@ -185,14 +209,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
             }
             Poll::Pending => {
                 // The socket will wake this task when it drains.
-                if let (Some(since), false) = (st.backlog, st.reported) {
-                    st.reported = true;
-                    return Poll::Ready(Event::Backlog(since));
+                if st.backlog != st.reported {
+                    st.reported = st.backlog;
+                    if let Some(since) = st.backlog {
+                        return Poll::Ready(Event::Backlog(since));
+                    }
                 }
                 return Poll::Pending;
             }
         }
-        if st.backlog.take().is_some() && std::mem::take(&mut st.reported) {
+        // Empty now (whoever wrote it last): a backlog we reported is over.
+        if st.reported.take().is_some() {
             return Poll::Ready(Event::Drained);
         }
         if st.lagged {
@@ -229,9 +256,8 @@ impl<S: AsyncWrite + Unpin> State<S> {
     }
 
     fn enqueue(&mut self, bytes: Bytes, metrics: &Metrics) {
-        if self.queue.is_empty() && self.backlog.is_none() {
+        if self.queue.is_empty() {
             self.backlog = Some(Instant::now());
-            self.reported = false;
             metrics.send_backlogs.inc();
             self.wake();
         }
@@ -289,6 +315,7 @@ impl<S: AsyncWrite + Unpin> State<S> {
                 Poll::Pending => return Poll::Pending,
             }
         }
+        self.backlog = None;
         Poll::Ready(Ok(()))
     }
 }
@@ -310,6 +337,31 @@ fn header(len: usize) -> ([u8; 10], usize) {
         head[2..10].copy_from_slice(&(len as u64).to_be_bytes());
         (head, 10)
     }
+}
+
+/// Whether `buf`, a run of whole server frames, holds a Close frame.
+fn has_close_frame(mut buf: &[u8]) -> bool {
+    while let [first, second, rest @ ..] = buf {
+        if first & 0x0f == 0x8 {
+            return true;
+        }
+        let (ext, len) = match second & 0x7f {
+            126 if rest.len() >= 2 => (2, u64::from(u16::from_be_bytes([rest[0], rest[1]]))),
+            127 if rest.len() >= 8 => {
+                let mut n = [0u8; 8];
+                n.copy_from_slice(&rest[..8]);
+                (8, u64::from_be_bytes(n))
+            }
+            126 | 127 => return false,
+            n => (0, u64::from(n)),
+        };
+        let mask = if second & 0x80 != 0 { 4 } else { 0 };
+        let Ok(skip) = usize::try_from(len.saturating_add(ext + mask)) else {
+            return false;
+        };
+        buf = rest.get(skip..).unwrap_or_default();
+    }
+    false
 }
 
 /// The socket as tungstenite sees it: reads go to the socket, writes
@@ -336,6 +388,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for WsIo<S> {
         let mut st = outbox.lock();
         if st.failed {
             return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into()));
+        }
+        // tungstenite hands over whole frames (it writes at once and every
+        // write is taken whole); after a Close, room frames must stop.
+        if has_close_frame(buf) {
+            st.sealed = true;
         }
         if st.queue.is_empty() {
             match Pin::new(&mut st.io).poll_write(cx, buf) {

@@ -185,3 +185,103 @@ async fn the_connections_own_writes_wait_past_the_hard_limit() {
     .expect("sends complete as the reader reads");
     assert!(outbox.lock().queued() <= outbox.hard_limit);
 }
+
+#[tokio::test]
+async fn a_frame_larger_than_the_limit_still_reaches_a_reader_that_keeps_up() {
+    let (outbox, mut reader) = pair(1 << 20, 1_024).await;
+    outbox.send(&frame(1, 5_000));
+    assert!(!outbox.is_lagged());
+    assert_eq!(read(&mut reader).await, frame(1, 5_000));
+}
+
+#[tokio::test]
+async fn snapshots_into_a_socket_nobody_reads_end_the_connection() {
+    // The hard limit is 100 + 2 * LARGEST: the third big snapshot overflows.
+    let (outbox, _reader) = pair(64, 100).await;
+    for _ in 0..3 {
+        outbox.send_snapshot(frame(1, LARGEST - 16));
+    }
+    assert!(matches!(event(&outbox).await, Event::Overflowed));
+    let queued = outbox.lock().queued();
+    assert!(queued <= outbox.hard_limit, "{queued}");
+    outbox.send_snapshot(frame(2, 10));
+    assert_eq!(outbox.lock().queued(), queued, "nothing more is queued");
+}
+
+#[tokio::test]
+async fn no_room_frame_follows_a_close() {
+    let (outbox, mut reader) = pair(1 << 20, 1 << 20).await;
+    let mut own =
+        WebSocketStream::from_raw_socket(WsIo(Arc::clone(&outbox)), Role::Server, None).await;
+    outbox.send(&frame(1, 10));
+    own.send(Message::Close(None)).await.expect("close");
+    outbox.send(&frame(2, 10));
+    assert_eq!(read(&mut reader).await, frame(1, 10));
+    let next = tokio::time::timeout(Duration::from_secs(5), reader.next()).await;
+    assert!(
+        matches!(next, Ok(Some(Ok(Message::Close(_))))),
+        "expected the close, got {next:?}"
+    );
+    // Nothing else was on the wire before the server side went away.
+    drop(own);
+    drop(outbox);
+    match tokio::time::timeout(Duration::from_secs(5), reader.next()).await {
+        Ok(None | Some(Err(_))) => {}
+        other => panic!("expected the end of the stream, got {other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backlog_refilled_after_the_connections_own_flush_is_reported_afresh() {
+    let (outbox, mut reader) = pair(64, 1 << 20).await;
+    let mut own =
+        WebSocketStream::from_raw_socket(WsIo(Arc::clone(&outbox)), Role::Server, None).await;
+    for i in 0..4 {
+        outbox.send(&frame(i, 30));
+    }
+    let Event::Backlog(first) = event(&outbox).await else {
+        panic!("expected a backlog")
+    };
+    // The connection's own send flushes the whole queue while the peer reads.
+    let reading = async {
+        for i in 0..4 {
+            assert_eq!(read(&mut reader).await, frame(i, 30));
+        }
+        assert_eq!(read(&mut reader).await, frame(9, 3));
+    };
+    let sending = async {
+        own.send(Message::Binary(frame(9, 3))).await.expect("send");
+    };
+    tokio::join!(reading, sending);
+    tokio::time::advance(Duration::from_millis(5)).await;
+    for i in 10..14 {
+        outbox.send(&frame(i, 30));
+    }
+    let Event::Backlog(second) = event(&outbox).await else {
+        panic!("expected the new backlog to be reported")
+    };
+    assert!(
+        second > first,
+        "the stall clock restarts with the new backlog"
+    );
+}
+
+#[test]
+fn close_frames_are_found_among_whole_frames() {
+    let ping = [0x89u8, 0x00];
+    let pong = [0x8au8, 0x02, b'h', b'i'];
+    let close = [0x88u8, 0x02, 0x03, 0xe8];
+    let mut long = vec![0x82u8, 126, 0x01, 0x00];
+    long.extend_from_slice(&[0u8; 256]);
+    assert!(!has_close_frame(&[]));
+    assert!(!has_close_frame(&ping));
+    assert!(!has_close_frame(
+        &[&ping[..], &pong[..], &long[..]].concat()
+    ));
+    assert!(has_close_frame(&close));
+    assert!(has_close_frame(
+        &[&pong[..], &long[..], &close[..]].concat()
+    ));
+    // A payload byte that looks like a close opcode is skipped over.
+    assert!(!has_close_frame(&[0x82, 0x01, 0x88]));
+}

@@ -360,14 +360,26 @@ async fn a_bad_websocket_handshake_is_refused_with_a_reason() {
             "Sec-WebSocket-Version: 8\r\nSec-WebSocket-Key: {key}\r\n"
         )))
         .await;
-    assert!(old.starts_with("HTTP/1.1 400"), "{old}");
+    assert!(old.starts_with("HTTP/1.1 426"), "{old}");
     assert!(old.contains("send Sec-WebSocket-Version: 13"), "{old}");
+    assert!(
+        old.to_ascii_lowercase()
+            .contains("sec-websocket-version: 13\r\n"),
+        "{old}"
+    );
+    let bad_key = server
+        .request(&upgrade(
+            "Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: short\r\n",
+        ))
+        .await;
+    assert!(bad_key.starts_with("HTTP/1.1 400"), "{bad_key}");
+    assert!(bad_key.contains("16 random bytes"), "{bad_key}");
     let keyless = server
         .request(&upgrade("Sec-WebSocket-Version: 13\r\n"))
         .await;
     assert!(keyless.starts_with("HTTP/1.1 400"), "{keyless}");
     assert!(keyless.contains("missing Sec-WebSocket-Key"), "{keyless}");
-    assert_eq!(server.metric("amble_upgrades_refused_total").await, 3.0);
+    assert_eq!(server.metric("amble_upgrades_refused_total").await, 4.0);
 
     // The RFC 6455 sample key; no subprotocol offered, none chosen.
     let head = server
