@@ -1,6 +1,6 @@
 //! The HTTP surface: routes, shared state and the WebSocket upgrade.
 //!
-//! `/ws` upgrades to a [`connection`](crate::connection); `/healthz`,
+//! `/ws` upgrades to a [`connection`]; `/healthz`,
 //! `/api/rooms` and `/metrics` are read-only views; everything else is the
 //! browser client embedded from `web/`.
 

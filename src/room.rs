@@ -3,7 +3,8 @@
 //! [`Rooms`] holds every room in a `DashMap`; a room is created by its
 //! first join and removed when its last member leaves. Each [`Room`] owns
 //! its members behind a short-lived `std` mutex (never held across an
-//! `.await`) and a [`Fanout`] of pre-encoded frames. Moves are queued per
+//! `.await`) and every member's [`Sink`], into which it writes each frame,
+//! encoded once, itself. Moves are queued per
 //! member (newest wins) and applied on the room's tick as one motion batch,
 //! so a member receives at most one movement frame per tick however many
 //! members moved. Joined, Left and chat frames go out at once.
