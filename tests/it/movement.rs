@@ -219,3 +219,67 @@ async fn a_room_writes_straight_into_every_socket_however_many() {
     assert_eq!(server.metric("amble_send_backlogs_total").await, 0.0);
     assert_eq!(server.metric("amble_frames_dropped_total").await, 0.0);
 }
+
+#[tokio::test]
+async fn a_reader_that_stops_reading_is_closed_after_the_send_timeout() {
+    let server = TestServer::with(config(|c| {
+        c.send_timeout_ms = 300;
+        c.send_queue_bytes = 1_024;
+        c.socket_send_buffer = 4_096;
+        c.chat_interval_ms = 1;
+        c.chat_burst = 10_000;
+    }))
+    .await;
+    // A tiny receive window, then never a read; it keeps sending pings,
+    // which must not keep it alive.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
+    let tcp = within("connect", socket.connect(server.addr))
+        .await
+        .expect("connect");
+    let (ws, _) = within(
+        "handshake",
+        tokio_tungstenite::client_async(
+            format!("ws://{}/ws", server.addr),
+            tokio_tungstenite::MaybeTlsStream::Plain(tcp),
+        ),
+    )
+    .await
+    .expect("handshake");
+    let mut stuck = Client::from_stream(ws);
+    let stuck_id = stuck.join("lobby", "stuck").await.member_id;
+    let (mut talker, _) = server.joined("lobby", "talker").await;
+    let text = "x".repeat(270);
+    // Chat until the stuck socket is full and its frames queue.
+    for i in 0..2_000 {
+        use futures_util::SinkExt as _;
+        let ping = tokio_tungstenite::tungstenite::Message::Ping(Default::default());
+        let _ = tokio::time::timeout(Duration::from_secs(1), stuck.ws.send(ping)).await;
+        talker
+            .send(C::Chat(pb::SendChat {
+                text: format!("{i} {text}"),
+            }))
+            .await;
+        talker
+            .until(|m| matches!(m.body, Some(S::Chat(_))).then_some(()))
+            .await;
+        if i % 50 == 49 && server.metric("amble_send_backlogs_total").await >= 1.0 {
+            break;
+        }
+    }
+    assert!(server.metric("amble_send_backlogs_total").await >= 1.0);
+    // Within the send timeout (plus the wait's own bound) it is closed.
+    let gone = talker
+        .until(|m| match &m.body {
+            Some(S::Left(l)) => Some(Some((l.member_id, l.reason))),
+            _ => None,
+        })
+        .await;
+    assert_eq!(
+        gone,
+        Some((stuck_id, LeaveReason::Disconnected as i32)),
+        "the stuck reader was closed"
+    );
+    assert_eq!(server.metric("amble_connections").await, 1.0);
+    talker.ping().await;
+}
