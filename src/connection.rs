@@ -1,4 +1,5 @@
-//! One WebSocket connection: the only module that sees a socket.
+//! One WebSocket connection: with its [`Outbox`], the only code that
+//! touches a socket.
 //!
 //! A connection is one task running one `select!` loop over the socket,
 //! its outbox, a deferred-move timer, keepalive and shutdown. Incoming
