@@ -30,7 +30,7 @@ use crate::protocol::{
     Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
     encode_server, pb,
 };
-use crate::room::{JoinError, Membership, fan_out};
+use crate::room::{JoinError, Membership};
 use crate::throttle::{Admit, Budget, Gcra, Verdict};
 
 /// WebSocket close codes (RFC 6455 section 7.4.1).
@@ -145,8 +145,7 @@ pub async fn run(
     let end = conn.serve().await;
     debug!(?end, "connection ends");
     if let Some(m) = conn.membership.take() {
-        let reason = end.leave_reason();
-        fan_out(|| m.leave(reason)).await;
+        m.leave(end.leave_reason()).await;
     }
     if matches!(end, End::Idle) {
         shared.metrics.timeouts.inc();
@@ -251,7 +250,7 @@ impl Connection {
                         Ok(())
                     }
                     Event::Lagged => {
-                        self.resync();
+                        self.resync().await;
                         Ok(())
                     }
                     Event::Overflowed => Err(End::Stalled),
@@ -411,8 +410,7 @@ impl Connection {
                     Verdict::Flood => return self.flood("joins").await,
                 }
                 let sink = Arc::clone(&self.outbox);
-                let rooms = &self.shared.rooms;
-                match fan_out(|| rooms.join(&room, name, sink)).await {
+                match self.shared.rooms.join(&room, name, sink).await {
                     Ok(m) => {
                         tracing::Span::current()
                             .record("room", room.as_str())
@@ -438,8 +436,7 @@ impl Connection {
                         if self.deferred.take().is_some() {
                             self.shared.metrics.moves_coalesced.inc();
                         }
-                        // With a zero tick this writes to the room at once.
-                        fan_out(|| m.submit(motion)).await;
+                        m.submit(motion).await;
                         Ok(())
                     }
                     Verdict::Defer(at) => {
@@ -457,7 +454,7 @@ impl Connection {
                 };
                 match self.chats.arrive(now) {
                     Verdict::Apply => {
-                        fan_out(|| m.chat(text)).await;
+                        m.chat(text).await;
                         self.shared.metrics.chats_relayed.inc();
                         Ok(())
                     }
@@ -474,7 +471,7 @@ impl Connection {
             Command::Leave => match self.membership.take() {
                 Some(m) => {
                     self.deferred = None;
-                    fan_out(|| m.leave(LeaveReason::Left)).await;
+                    m.leave(LeaveReason::Left).await;
                     // Out of the room, no snapshot is owed for what it missed.
                     self.outbox.clear_lag();
                     Ok(())
@@ -486,12 +483,12 @@ impl Connection {
 
     /// Room frames were dropped while the socket was full: send the room
     /// as it is now.
-    fn resync(&mut self) {
+    async fn resync(&mut self) {
         match &self.membership {
             Some(m) => {
                 debug!("receiver lagged: resync");
                 self.shared.metrics.resyncs.inc();
-                m.resync();
+                m.resync().await;
             }
             None => self.outbox.clear_lag(),
         }
@@ -504,7 +501,7 @@ impl Connection {
         match self.moves.take_deferred(Instant::now()) {
             Admit::Now => {
                 if let Some(m) = &self.membership {
-                    fan_out(|| m.submit(d.motion)).await;
+                    m.submit(d.motion).await;
                 }
             }
             Admit::At(at) => self.deferred = Some(Deferred { at, ..d }),

@@ -215,7 +215,16 @@ impl Rooms {
     /// success the member is in the room, the others have been sent
     /// `Joined`, and `sink` has the `Welcome` snapshot, followed by every
     /// room frame after it.
-    pub fn join(
+    pub async fn join(
+        self: &Arc<Self>,
+        room: &str,
+        name: String,
+        sink: Arc<dyn Sink>,
+    ) -> Result<Membership, JoinError> {
+        fan_out(|| self.join_now(room, name, sink)).await
+    }
+
+    fn join_now(
         self: &Arc<Self>,
         room: &str,
         name: String,
@@ -457,8 +466,11 @@ impl Rooms {
 /// operations of a task's turn go through and every later write is refused
 /// as if the socket were full, so a tick's frames would queue and wake every
 /// member's task, the very cost writing directly avoids. The work is
-/// bounded anyway: one write per member per frame.
-pub async fn fan_out<T>(publish: impl FnOnce() -> T) -> T {
+/// bounded anyway: one write per member per frame. This is why every public
+/// way into a room that may write (join, submit, chat, resync, leave) is
+/// async; only a `Membership` dropped without `leave` writes its `Left`
+/// within the dropping task's budget.
+async fn fan_out<T>(publish: impl FnOnce() -> T) -> T {
     tokio::task::unconstrained(async move { publish() }).await
 }
 
@@ -480,39 +492,46 @@ impl Membership {
         self.room.name()
     }
 
-    /// Queues a move (already throttled) for the next tick.
-    pub fn submit(&self, motion: Motion) {
-        self.rooms.submit(&self.room, self.id, motion);
+    /// Queues a move (already throttled) for the next tick; with a zero
+    /// tick it is sent at once.
+    pub async fn submit(&self, motion: Motion) {
+        fan_out(|| self.rooms.submit(&self.room, self.id, motion)).await;
     }
 
     /// Relays a chat message to the room, sender included.
-    pub fn chat(&self, text: String) {
+    pub async fn chat(&self, text: String) {
         let frame = encode_server(Body::Chat(pb::ChatMessage {
             member_id: self.id.0,
             text,
             server_time_ms: self.rooms.clock.now_ms(),
         }));
-        let st = self.room.state();
-        self.room.publish(st, &frame, &self.rooms.metrics);
+        fan_out(|| {
+            let st = self.room.state();
+            self.room.publish(st, &frame, &self.rooms.metrics);
+        })
+        .await;
     }
 
     /// Sends this member a `Resync` snapshot of the room as it is now, for
     /// a receiver that missed frames. In order with the room's frames.
-    pub fn resync(&self) {
-        let st = self.room.state();
-        let snapshot = encode_server(Body::Resync(st.snapshot(self.rooms.clock.now_ms())));
-        let out = self.room.out();
-        drop(st);
-        if let Some(sink) = out.sink(self.id) {
-            self.rooms.metrics.sent_to(1, snapshot.len());
-            sink.send_snapshot(snapshot);
-        }
+    pub async fn resync(&self) {
+        fan_out(|| {
+            let st = self.room.state();
+            let snapshot = encode_server(Body::Resync(st.snapshot(self.rooms.clock.now_ms())));
+            let out = self.room.out();
+            drop(st);
+            if let Some(sink) = out.sink(self.id) {
+                self.rooms.metrics.sent_to(1, snapshot.len());
+                sink.send_snapshot(snapshot);
+            }
+        })
+        .await;
     }
 
     /// Leaves the room; the others get `Left` with `reason`.
-    pub fn leave(mut self, reason: LeaveReason) {
+    pub async fn leave(mut self, reason: LeaveReason) {
         self.left = true;
-        self.rooms.remove(&self.room, self.id, reason);
+        fan_out(|| self.rooms.remove(&self.room, self.id, reason)).await;
     }
 }
 

@@ -76,11 +76,11 @@ fn decode(frame: &Frame) -> ServerMessage {
 }
 
 /// Joins `room` with an inbox of 16 frames.
-fn join(rooms: &Arc<Rooms>, room: &str, name: &str) -> (Membership, Arc<Inbox>) {
-    join_with(rooms, room, name, 16).expect("joins")
+async fn join(rooms: &Arc<Rooms>, room: &str, name: &str) -> (Membership, Arc<Inbox>) {
+    join_with(rooms, room, name, 16).await.expect("joins")
 }
 
-fn join_with(
+async fn join_with(
     rooms: &Arc<Rooms>,
     room: &str,
     name: &str,
@@ -90,6 +90,7 @@ fn join_with(
     let sink: Arc<dyn Sink> = inbox.clone();
     rooms
         .join(room, name.into(), sink)
+        .await
         .map(|m| (m, Arc::clone(&inbox)))
 }
 
@@ -116,14 +117,14 @@ fn at(x: u32) -> Motion {
 #[tokio::test]
 async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
     let rooms = rooms(10, 100);
-    let (_ada, ada) = join(&rooms, "lobby", "Ada");
+    let (_ada, ada) = join(&rooms, "lobby", "Ada").await;
     let Some(Body::Welcome(w)) = next(&ada).await.body else {
         panic!("not a welcome")
     };
     assert_eq!((w.member_id, w.room.as_str()), (0, "lobby"));
     assert_eq!(w.snapshot.expect("snapshot").members.len(), 1);
 
-    let (bo, bo_inbox) = join(&rooms, "lobby", "Bo");
+    let (bo, bo_inbox) = join(&rooms, "lobby", "Bo").await;
     assert_eq!(bo.id(), MemberId(1));
     let Some(Body::Welcome(w)) = next(&bo_inbox).await.body else {
         panic!("not a welcome")
@@ -148,7 +149,7 @@ async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
         }]
     );
 
-    bo.leave(LeaveReason::Left);
+    bo.leave(LeaveReason::Left).await;
     match next(&ada).await.body {
         Some(Body::Left(l)) => assert_eq!((l.member_id, l.reason), (1, LeaveReason::Left as i32)),
         other => panic!("{other:?}"),
@@ -158,10 +159,10 @@ async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
 #[tokio::test]
 async fn ids_are_reused_and_empty_rooms_disappear() {
     let rooms = rooms(10, 100);
-    let a = join(&rooms, "r", "a");
-    let b = join(&rooms, "r", "b");
+    let a = join(&rooms, "r", "a").await;
+    let b = join(&rooms, "r", "b").await;
     drop(a);
-    let (c, _) = join(&rooms, "r", "c");
+    let (c, _) = join(&rooms, "r", "c").await;
     assert_eq!(c.id(), MemberId(0));
     drop((b, c));
     assert!(rooms.list().is_empty());
@@ -172,30 +173,30 @@ async fn ids_are_reused_and_empty_rooms_disappear() {
 #[tokio::test]
 async fn a_full_room_refuses() {
     let rooms = rooms(2, 100);
-    let _a = join(&rooms, "r", "a");
-    let _b = join(&rooms, "r", "b");
+    let _a = join(&rooms, "r", "a").await;
+    let _b = join(&rooms, "r", "b").await;
     assert_eq!(
-        join_with(&rooms, "r", "c", 16).err(),
+        join_with(&rooms, "r", "c", 16).await.err(),
         Some(JoinError::RoomFull {
             room: "r".into(),
             capacity: 2
         })
     );
-    assert!(join_with(&rooms, "other", "c", 16).is_ok());
+    assert!(join_with(&rooms, "other", "c", 16).await.is_ok());
 }
 
 #[tokio::test]
 async fn one_batch_per_tick_with_the_newest_move_of_each_member() {
     let rooms = rooms(10, 100);
-    let (_w, watcher) = join(&rooms, "r", "w");
-    let (a, _) = join(&rooms, "r", "a");
-    let (b, _) = join(&rooms, "r", "b");
+    let (_w, watcher) = join(&rooms, "r", "w").await;
+    let (a, _) = join(&rooms, "r", "a").await;
+    let (b, _) = join(&rooms, "r", "b").await;
     next(&watcher).await; // Welcome
     next(&watcher).await; // Joined a
     next(&watcher).await; // Joined b
-    a.submit(at(1));
-    b.submit(at(2));
-    a.submit(at(3));
+    a.submit(at(1)).await;
+    b.submit(at(2)).await;
+    a.submit(at(3)).await;
     rooms.flush_all(1_000_000);
     let batch = next(&watcher).await;
     let (time, records) = decode_motion(&batch.motion).expect("batch");
@@ -223,11 +224,11 @@ async fn one_batch_per_tick_with_the_newest_move_of_each_member() {
 #[tokio::test]
 async fn a_zero_tick_sends_each_move_at_once() {
     let rooms = rooms(10, 0);
-    let (_w, watcher) = join(&rooms, "r", "w");
-    let (a, _) = join(&rooms, "r", "a");
+    let (_w, watcher) = join(&rooms, "r", "w").await;
+    let (a, _) = join(&rooms, "r", "a").await;
     next(&watcher).await; // Welcome
     next(&watcher).await; // Joined a
-    a.submit(at(7));
+    a.submit(at(7)).await;
     let (_, records) = decode_motion(&next(&watcher).await.motion).expect("batch");
     assert_eq!(
         records,
@@ -241,14 +242,14 @@ async fn a_zero_tick_sends_each_move_at_once() {
 #[tokio::test]
 async fn a_lagging_member_resyncs_from_a_fresh_snapshot() {
     let rooms = rooms(10, 100);
-    let (slow, inbox) = join(&rooms, "r", "slow");
-    let (a, _) = join(&rooms, "r", "a");
+    let (slow, inbox) = join(&rooms, "r", "slow").await;
+    let (a, _) = join(&rooms, "r", "a").await;
     for i in 0..40 {
-        a.submit(at(i));
+        a.submit(at(i)).await;
         rooms.flush_all(1_000 + u64::from(i) * 100);
     }
     assert!(inbox.lagged.load(Ordering::Relaxed));
-    slow.resync();
+    slow.resync().await;
     let held: Vec<_> = inbox.frames().drain(..).collect();
     assert_eq!(held.len(), 17, "16 frames kept, then the snapshot");
     let Some(Body::Resync(s)) = decode(&held[16]).body else {
@@ -261,7 +262,7 @@ async fn a_lagging_member_resyncs_from_a_fresh_snapshot() {
         .expect("a in snapshot");
     assert_eq!(a_now.position, Some(pb::Position { x: 39, y: 0 }));
     // Room frames flow again after the snapshot.
-    a.submit(at(99));
+    a.submit(at(99)).await;
     rooms.flush_all(10_000);
     let (_, records) = decode_motion(&next(&inbox).await.motion).expect("batch");
     assert_eq!(records[0].motion, at(99));
@@ -272,11 +273,11 @@ async fn the_ticker_flushes_on_the_tick_grid() {
     let rooms = rooms(10, 100);
     let token = CancellationToken::new();
     let ticker = tokio::spawn(Arc::clone(&rooms).run_ticker(token.clone()));
-    let (_w, watcher) = join(&rooms, "r", "w");
-    let (a, _) = join(&rooms, "r", "a");
+    let (_w, watcher) = join(&rooms, "r", "w").await;
+    let (a, _) = join(&rooms, "r", "a").await;
     next(&watcher).await; // Welcome
     next(&watcher).await; // Joined a
-    a.submit(at(5));
+    a.submit(at(5)).await;
     let batch = next(&watcher).await;
     let (time, _) = decode_motion(&batch.motion).expect("batch");
     let now = rooms.clock.now_ms();
