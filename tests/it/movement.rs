@@ -143,21 +143,7 @@ async fn a_slow_receiver_resyncs_and_the_others_are_unaffected() {
     }))
     .await;
     // The slow client asks for a tiny receive window and then stops reading.
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
-    let tcp = within("connect", socket.connect(server.addr))
-        .await
-        .expect("connect");
-    let (ws, _) = within(
-        "handshake",
-        tokio_tungstenite::client_async(
-            format!("ws://{}/ws", server.addr),
-            tokio_tungstenite::MaybeTlsStream::Plain(tcp),
-        ),
-    )
-    .await
-    .expect("handshake");
-    let mut slow = Client::from_stream(ws);
+    let mut slow = server.narrow_client().await;
     let slow_welcome = slow.join("lobby", "slow").await;
 
     let (mut talker, _) = server.joined("lobby", "talker").await;
@@ -232,21 +218,7 @@ async fn a_reader_that_stops_reading_is_closed_after_the_send_timeout() {
     .await;
     // A tiny receive window, then never a read; it keeps sending pings,
     // which must not keep it alive.
-    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
-    let tcp = within("connect", socket.connect(server.addr))
-        .await
-        .expect("connect");
-    let (ws, _) = within(
-        "handshake",
-        tokio_tungstenite::client_async(
-            format!("ws://{}/ws", server.addr),
-            tokio_tungstenite::MaybeTlsStream::Plain(tcp),
-        ),
-    )
-    .await
-    .expect("handshake");
-    let mut stuck = Client::from_stream(ws);
+    let mut stuck = server.narrow_client().await;
     let stuck_id = stuck.join("lobby", "stuck").await.member_id;
     let (mut talker, _) = server.joined("lobby", "talker").await;
     let text = "x".repeat(270);

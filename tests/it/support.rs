@@ -59,6 +59,26 @@ impl TestServer {
         }
     }
 
+    /// A client whose socket asks for a tiny (4 KiB) receive window, so that
+    /// a test can fill it by not reading.
+    pub async fn narrow_client(&self) -> Client {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
+        let tcp = within("connect", socket.connect(self.addr))
+            .await
+            .expect("connect");
+        let (ws, _) = within(
+            "handshake",
+            tokio_tungstenite::client_async(
+                format!("ws://{}/ws", self.addr),
+                MaybeTlsStream::Plain(tcp),
+            ),
+        )
+        .await
+        .expect("handshake");
+        Client::from_stream(ws)
+    }
+
     pub async fn client(&self) -> Client {
         Client::connect(&format!("ws://{}/ws", self.addr)).await
     }
