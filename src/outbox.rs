@@ -182,7 +182,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
     }
 
     /// Whether room frames were dropped since the last snapshot.
-    pub fn is_lagged(&self) -> bool {
+    #[cfg(test)]
+    fn is_lagged(&self) -> bool {
         self.lock().lagged
     }
 
