@@ -130,6 +130,14 @@ pub struct Config {
           value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: u16,
 
+    // ---- Connections before the WebSocket: HTTP deadlines, caps, origins, proxies ----
+
+    // ---- What a client may send: pings, fragments, text ----
+
+    // ---- Who may join: signed tokens ----
+
+    // ---- Logging ----
+
     /// Log as JSON lines (for containers) instead of text.
     #[arg(long, env = "AMBLE_LOG_JSON")]
     pub log_json: bool,

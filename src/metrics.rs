@@ -51,6 +51,12 @@ pub struct Metrics {
     pub send_backlogs: Counter,
     pub frames_dropped: Counter,
     pub rejected: Family<RejectLabels, Counter<u64, AtomicU64>>,
+    // ---- HTTP and accept ----
+
+    // ---- Client input budgets ----
+
+    // ---- Authentication ----
+
     registry: std::sync::OnceLock<Registry>,
 }
 
@@ -177,6 +183,12 @@ impl Metrics {
                 "Client inputs refused, by protocol error code",
                 self.rejected.clone(),
             );
+            // ---- HTTP and accept ----
+
+            // ---- Client input budgets ----
+
+            // ---- Authentication ----
+
             r.register_collector(Box::new(ProcessCollector));
             r
         })

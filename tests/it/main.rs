@@ -1,8 +1,11 @@
 //! Integration tests: the real server on 127.0.0.1:0, real WebSocket
 //! clients (tokio-tungstenite). Every wait goes through a timeout.
 
+mod auth;
 mod bad_input;
 mod binary;
+mod client_input;
+mod http;
 mod lifecycle;
 mod movement;
 mod support;

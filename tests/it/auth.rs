@@ -1,0 +1,1 @@
+//! Signed tokens on Join: refusals, room patterns, one avatar per user.

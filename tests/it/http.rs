@@ -1,0 +1,1 @@
+//! HTTP before the WebSocket: deadlines, sizes, caps, origins, the strict handshake.
