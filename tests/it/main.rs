@@ -8,4 +8,5 @@ mod client_input;
 mod http;
 mod lifecycle;
 mod movement;
+mod proxy;
 mod support;

@@ -1,0 +1,1 @@
+//! amble behind a reverse proxy (nginx): upgrade headers, forwarded client addresses.
