@@ -1,10 +1,14 @@
 //! Server configuration: every limit a named default, each settable by a
 //! command-line flag or an `AMBLE_*` environment variable.
 
-use std::net::SocketAddr;
+use std::ffi::OsString;
+use std::fmt;
+use std::net::IpAddr;
+use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Parser;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 use crate::protocol::{Rules, pb};
 
@@ -15,9 +19,11 @@ use crate::protocol::{Rules, pb};
 #[derive(Clone, Debug, Parser)]
 #[command(version, about, long_about = None)]
 pub struct Config {
-    /// Address to listen on.
+    /// Address to listen on: HOST:PORT, where HOST is an IP address or a
+    /// host name (`localhost:3000`, `[::1]:3000`), or :PORT alone for every
+    /// interface (as 0.0.0.0:PORT).
     #[arg(long, env = "AMBLE_LISTEN", default_value = "127.0.0.1:3000")]
-    pub listen: SocketAddr,
+    pub listen: ListenAddr,
 
     /// Room batch period in milliseconds: a room's moves of one tick go out
     /// as one frame. 0 sends each move at once.
@@ -137,9 +143,11 @@ pub struct Config {
     // ---- Who may join: signed tokens ----
 
     // ---- Logging ----
-
-    /// Log as JSON lines (for containers) instead of text.
-    #[arg(long, env = "AMBLE_LOG_JSON")]
+    /// Log as JSON lines (for containers) instead of text. Takes an
+    /// optional value: 1/0, yes/no, true/false, on/off.
+    #[arg(long, env = "AMBLE_LOG_JSON", value_parser = clap::builder::BoolishValueParser::new(),
+          action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true")]
     pub log_json: bool,
 }
 
@@ -200,14 +208,149 @@ impl Config {
     }
 }
 
+/// Where the server listens: a host (an IP address or a name, resolved
+/// when binding) and a port. `:PORT` alone means every interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListenAddr {
+    host: String,
+    port: u16,
+}
+
+impl ListenAddr {
+    /// The address in the form `TcpListener::bind` takes (`[::1]:3000`).
+    pub fn to_bind(&self) -> String {
+        self.to_string()
+    }
+}
+
+impl fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.host.parse::<IpAddr>() {
+            Ok(IpAddr::V6(ip)) => write!(f, "[{ip}]:{}", self.port),
+            _ => write!(f, "{}:{}", self.host, self.port),
+        }
+    }
+}
+
+impl FromStr for ListenAddr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        const FORM: &str = "expected HOST:PORT (127.0.0.1:3000, localhost:3000, [::1]:3000) \
+                            or :PORT for every interface";
+        let Some((host, port)) = s.rsplit_once(':') else {
+            return Err(format!("no port: {FORM}"));
+        };
+        let port: u16 = port
+            .parse()
+            .map_err(|_| format!("{port:?} is not a port number (0-65535): {FORM}"))?;
+        let host = if host.is_empty() {
+            "0.0.0.0".to_owned()
+        } else if let Some(v6) = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+            v6.parse::<std::net::Ipv6Addr>()
+                .map_err(|_| format!("{v6:?} is not an IPv6 address: {FORM}"))?
+                .to_string()
+        } else if host.parse::<IpAddr>().is_ok() {
+            host.to_owned()
+        } else if is_host_name(host) {
+            host.to_ascii_lowercase()
+        } else {
+            return Err(format!(
+                "{host:?} is neither an IP address nor a host name: {FORM}"
+            ));
+        };
+        Ok(Self { host, port })
+    }
+}
+
+/// A DNS host name (RFC 1123): dot-separated labels of letters, digits and
+/// inner hyphens, at most 253 characters.
+fn is_host_name(host: &str) -> bool {
+    host.len() <= 253
+        && host.split('.').all(|label| {
+            (1..=63).contains(&label.len())
+                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+        // All digits and dots would be a mistyped IPv4 address, not a name.
+        && !host.bytes().all(|b| b.is_ascii_digit() || b == b'.')
+}
+
+/// Parses `T` from the command line and the environment, as `T::parse()`
+/// does, except that a bad value which came from an `AMBLE_*` variable is
+/// reported under the variable's name, not the flag's.
+pub fn parse_or_exit<T: Parser>() -> T {
+    let args: Vec<OsString> = std::env::args_os().collect();
+    match T::try_parse_from(&args) {
+        Ok(parsed) => parsed,
+        Err(err) => {
+            name_the_variable(err, &T::command(), &args, |var| std::env::var_os(var)).exit()
+        }
+    }
+}
+
+/// Rewrites a value error for an argument that was not on the command
+/// line but set in its environment variable, so the message names the
+/// variable the user has to fix.
+fn name_the_variable(
+    err: clap::Error,
+    command: &clap::Command,
+    args: &[OsString],
+    env: impl Fn(&str) -> Option<OsString>,
+) -> clap::Error {
+    if !matches!(
+        err.kind(),
+        ErrorKind::ValueValidation | ErrorKind::InvalidValue
+    ) {
+        return err;
+    }
+    let Some(ContextValue::String(shown)) = err.get(ContextKind::InvalidArg) else {
+        return err;
+    };
+    let Some(arg) = command.get_arguments().find(|a| {
+        a.get_long()
+            .is_some_and(|long| shown.split_whitespace().next() == Some(&format!("--{long}")))
+    }) else {
+        return err;
+    };
+    let (Some(long), Some(var)) = (arg.get_long(), arg.get_env()) else {
+        return err;
+    };
+    let flag = format!("--{long}");
+    let on_command_line = args.iter().skip(1).any(|a| {
+        a.to_str()
+            .is_some_and(|a| a == flag || a.starts_with(&format!("{flag}=")))
+    });
+    let var = var.to_string_lossy();
+    let Some(value) = env(&var) else {
+        return err;
+    };
+    if on_command_line {
+        return err;
+    }
+    let why = std::error::Error::source(&err)
+        .map(|source| format!(": {source}"))
+        .unwrap_or_default();
+    let mut command = command.clone();
+    command.error(
+        ErrorKind::ValueValidation,
+        format!(
+            "invalid value {:?} in the environment variable {var} (the variable for {flag}){why}",
+            value.to_string_lossy()
+        ),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::CommandFactory as _;
 
     #[test]
     fn defaults_match_the_documented_limits() {
         let c = Config::default();
-        assert_eq!(c.listen.to_string(), "127.0.0.1:3000");
+        assert_eq!(c.listen.to_bind(), "127.0.0.1:3000");
         assert_eq!(
             (c.tick_ms, c.move_interval_ms, c.move_burst),
             (100, 1_000, 2)
@@ -221,5 +364,74 @@ mod tests {
     fn refuses_nonsense() {
         assert!(Config::try_parse_from(["amble", "--move-interval-ms", "0"]).is_err());
         assert!(Config::try_parse_from(["amble", "--listen", "nowhere"]).is_err());
+    }
+
+    #[test]
+    fn listen_takes_host_names_and_a_bare_port() {
+        let parse = |s: &str| s.parse::<ListenAddr>().map(|a| a.to_bind());
+        assert_eq!(parse("127.0.0.1:3000").as_deref(), Ok("127.0.0.1:3000"));
+        assert_eq!(parse("localhost:3001").as_deref(), Ok("localhost:3001"));
+        assert_eq!(parse(":3001").as_deref(), Ok("0.0.0.0:3001"));
+        assert_eq!(parse("[::1]:3000").as_deref(), Ok("[::1]:3000"));
+        assert_eq!(
+            parse("Amble-1.example.org:80").as_deref(),
+            Ok("amble-1.example.org:80")
+        );
+        for bad in [
+            "garbage",
+            "nowhere:",
+            "host:99999",
+            "1.2.3:80",
+            "-bad-:1",
+            "a b:1",
+            "[zz]:1",
+        ] {
+            let err = parse(bad).expect_err(bad);
+            assert!(err.contains("HOST:PORT"), "{bad}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_bad_variable_is_named_instead_of_the_flag() {
+        let args: Vec<OsString> = vec!["amble".into()];
+        let env = |var: &str| (var == "AMBLE_LISTEN").then(|| OsString::from("garbage"));
+        let err = Config::command()
+            .try_get_matches_from(["amble", "--listen", "garbage"])
+            .expect_err("garbage is refused");
+        let message = name_the_variable(err, &Config::command(), &args, env).to_string();
+        assert!(message.contains("AMBLE_LISTEN"), "{message}");
+        assert!(message.contains("\"garbage\""), "{message}");
+        assert!(message.contains("HOST:PORT"), "{message}");
+
+        // Given on the command line, the flag is what the user typed.
+        let typed: Vec<OsString> = vec!["amble".into(), "--listen".into(), "garbage".into()];
+        let err = Config::command()
+            .try_get_matches_from(["amble", "--listen", "garbage"])
+            .expect_err("garbage is refused");
+        let message = name_the_variable(err, &Config::command(), &typed, env).to_string();
+        assert!(!message.contains("AMBLE_LISTEN"), "{message}");
+    }
+
+    #[test]
+    fn booleans_take_the_usual_spellings() {
+        for (given, want) in [
+            ("1", true),
+            ("yes", true),
+            ("true", true),
+            ("on", true),
+            ("0", false),
+            ("no", false),
+            ("false", false),
+            ("off", false),
+        ] {
+            let c = Config::try_parse_from(["amble", &format!("--log-json={given}")]).expect(given);
+            assert_eq!(c.log_json, want, "{given}");
+        }
+        assert!(
+            Config::try_parse_from(["amble", "--log-json"])
+                .expect("bare flag")
+                .log_json
+        );
+        assert!(!Config::default().log_json);
     }
 }

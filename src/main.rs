@@ -1,7 +1,8 @@
 //! The `amble` server binary: configuration, logging, signals.
 
+use std::net::SocketAddr;
+
 use anyhow::Context as _;
-use clap::Parser as _;
 use tokio::net::TcpListener;
 use tracing::info;
 use tracing_subscriber::EnvFilter;
@@ -9,7 +10,7 @@ use tracing_subscriber::EnvFilter;
 use amble::config::Config;
 
 fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
+    let config = amble::config::parse_or_exit::<Config>();
     init_tracing(config.log_json);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if config.workers > 0 {
@@ -23,19 +24,47 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    let listener = TcpListener::bind(config.listen)
+    let listener = TcpListener::bind(config.listen.to_bind())
         .await
-        .with_context(|| format!("cannot listen on {}", config.listen))?;
+        .with_context(|| {
+            format!(
+                "cannot listen on {} (set --listen or AMBLE_LISTEN to a free address)",
+                config.listen
+            )
+        })?;
     let addr = listener.local_addr().context("listener address")?;
-    info!(
-        %addr,
-        "listening: open http://{addr}/ in a browser; load test with \
-         `cargo loadtest --url ws://{addr}/ws --bots 1000`"
-    );
+    let near = reachable_here(addr);
+    if addr.ip().is_unspecified() {
+        info!(
+            %addr,
+            "listening on every interface: open http://{near}/ here, or this machine's \
+             address and port {} from elsewhere; load test with \
+             `cargo loadtest --url ws://{near}/ws --bots 1000`",
+            addr.port()
+        );
+    } else {
+        info!(
+            %addr,
+            "listening: open http://{near}/ in a browser; load test with \
+             `cargo loadtest --url ws://{near}/ws --bots 1000`"
+        );
+    }
     amble::serve(listener, config, shutdown_signal())
         .await
         .context("server failed")?;
     Ok(())
+}
+
+/// An address a user on this machine can open for `addr`: a wildcard
+/// address (0.0.0.0, ::) is not one, so it becomes the loopback address of
+/// its family.
+fn reachable_here(addr: SocketAddr) -> SocketAddr {
+    let ip = match addr.ip() {
+        std::net::IpAddr::V4(ip) if ip.is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+        std::net::IpAddr::V6(ip) if ip.is_unspecified() => std::net::Ipv6Addr::LOCALHOST.into(),
+        ip => ip,
+    };
+    SocketAddr::new(ip, addr.port())
 }
 
 fn init_tracing(json: bool) {

@@ -56,7 +56,6 @@ pub struct Metrics {
     // ---- Client input budgets ----
 
     // ---- Authentication ----
-
     registry: std::sync::OnceLock<Registry>,
 }
 

@@ -56,3 +56,57 @@ async fn sigterm_closes_clients_with_1001_and_exits_0() {
 async fn sigint_does_too_on_a_single_worker() {
     stops_on("-INT", &["--workers", "1"]).await;
 }
+
+#[tokio::test]
+async fn a_bad_variable_is_named_and_exits_2() {
+    let out = within(
+        "amble to refuse its address",
+        Command::new(env!("CARGO_BIN_EXE_amble"))
+            .env("AMBLE_LISTEN", "garbage")
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("run amble");
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("AMBLE_LISTEN") && stderr.contains("HOST:PORT"),
+        "{stderr}"
+    );
+}
+
+/// Listening on every interface, the start-up hint gives addresses a user
+/// can open, and they work.
+#[tokio::test]
+async fn every_interface_hints_usable_addresses() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_amble"))
+        .env("AMBLE_LISTEN", ":0")
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn amble");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut lines = BufReader::new(stderr).lines();
+    let line = within("the listening line", async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            if line.contains("addr=") {
+                return line;
+            }
+        }
+        panic!("amble exited without reporting its address");
+    })
+    .await;
+    assert!(line.contains("addr=0.0.0.0:"), "{line}");
+    let urls: Vec<&str> = line
+        .split(['`', ' '])
+        .filter(|w| w.starts_with("http://") || w.starts_with("ws://"))
+        .collect();
+    assert_eq!(urls.len(), 2, "{line}");
+    for url in &urls {
+        assert!(!url.contains("0.0.0.0"), "{line}");
+    }
+    let mut client = Client::connect(urls[1]).await;
+    client.join("lobby", "someone").await;
+}
