@@ -22,6 +22,7 @@ use tracing::Instrument as _;
 use tracing::debug;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
+use crate::auth::Gate;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::connection;
@@ -35,6 +36,8 @@ use crate::web;
 pub struct Shared {
     pub config: Arc<Config>,
     pub rules: Rules,
+    /// Who may join: everyone, or holders of a signed token.
+    pub gate: Gate,
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
     pub rooms: Arc<Rooms>,

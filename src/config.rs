@@ -141,6 +141,22 @@ pub struct Config {
     // ---- What a client may send: pings, fragments, text ----
 
     // ---- Who may join: signed tokens ----
+    /// File holding an HS256 secret (at least 32 bytes; trailing line breaks
+    /// are not part of it). When set, every Join must carry a token signed
+    /// with it (see docs/protocol.md, "Tokens"). Read once at start.
+    #[arg(
+        long,
+        env = "AMBLE_AUTH_HS256_SECRET_FILE",
+        value_name = "PATH",
+        conflicts_with = "auth_public_key_file"
+    )]
+    pub auth_hs256_secret_file: Option<std::path::PathBuf>,
+
+    /// File holding a PEM public key (RSA for RS256, or Ed25519 for EdDSA;
+    /// the algorithm follows the key). When set, every Join must carry a
+    /// token signed with the matching private key. Read once at start.
+    #[arg(long, env = "AMBLE_AUTH_PUBLIC_KEY_FILE", value_name = "PATH")]
+    pub auth_public_key_file: Option<std::path::PathBuf>,
 
     // ---- Logging ----
     /// Log as JSON lines (for containers) instead of text. Takes an
@@ -149,6 +165,85 @@ pub struct Config {
           action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
           default_missing_value = "true")]
     pub log_json: bool,
+}
+
+/// amble: a lightweight-presence server.
+///
+/// Clients join rooms over WebSocket (`/ws`, subprotocol `amble.v1`), send a
+/// position at most once a second, and see everyone else in the room move.
+/// With no subcommand, `amble` runs the server.
+#[derive(Clone, Debug, Parser)]
+#[command(version, about, long_about = None, args_conflicts_with_subcommands = true)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: Config,
+    #[command(subcommand)]
+    pub command: Option<Tool>,
+}
+
+/// Subcommands; with none, `amble` runs the server.
+#[derive(Clone, Debug, clap::Subcommand)]
+pub enum Tool {
+    /// Print a signed token (HS256) for a Join, for testing and operators.
+    Token(TokenArgs),
+}
+
+/// `amble token`: the claims of the token and the secret to sign it with.
+#[derive(Clone, Debug, clap::Args)]
+pub struct TokenArgs {
+    /// The user id (`sub` claim): one user is one avatar per room.
+    #[arg(long)]
+    pub sub: String,
+
+    /// Display name (`name` claim), replacing the one a Join asks for.
+    #[arg(long)]
+    pub name: Option<String>,
+
+    /// Rooms the token allows (`rooms` claim), comma-separated; a trailing
+    /// `*` allows every room starting with what comes before it. Without
+    /// it the token allows every room.
+    #[arg(long, value_delimiter = ',')]
+    pub rooms: Option<Vec<String>>,
+
+    /// How long the token is valid: a number with a unit, s, m, h or d
+    /// (`90s`, `15m`, `1h`, `7d`).
+    #[arg(long, default_value = "1h", value_parser = parse_ttl)]
+    pub ttl: Duration,
+
+    /// File holding the HS256 secret (the server's
+    /// `--auth-hs256-secret-file`).
+    #[arg(long, env = "AMBLE_AUTH_HS256_SECRET_FILE", value_name = "PATH")]
+    pub secret_file: std::path::PathBuf,
+}
+
+/// The longest `--ttl` accepted.
+pub const MAX_TTL: Duration = Duration::from_secs(366 * 86_400);
+
+/// Parses a duration such as `90s`, `15m`, `1h` or `7d`.
+pub fn parse_ttl(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("{text:?} needs a unit: s, m, h or d (e.g. 1h)"))?;
+    let (number, unit) = text.split_at(split);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{text:?}: expected a whole number then s, m, h or d"))?;
+    let unit_secs = match unit {
+        "s" => 1,
+        "m" => 60,
+        "h" => 3_600,
+        "d" => 86_400,
+        _ => return Err(format!("{text:?}: the unit must be s, m, h or d")),
+    };
+    let ttl = Duration::from_secs(n.saturating_mul(unit_secs));
+    if ttl.is_zero() {
+        return Err("the ttl must be more than 0".into());
+    }
+    if ttl > MAX_TTL {
+        return Err("the ttl must be at most 366d".into());
+    }
+    Ok(ttl)
 }
 
 impl Default for Config {
@@ -358,6 +453,67 @@ mod tests {
         assert_eq!(c.motion_time_unit_ms(), 100);
         let immediate = Config::parse_from(["amble", "--tick-ms", "0"]);
         assert_eq!(immediate.motion_time_unit_ms(), 10);
+    }
+
+    #[test]
+    fn no_subcommand_runs_the_server_with_every_flag() {
+        let cli = Cli::try_parse_from(["amble", "--tick-ms", "50", "--log-json"]).expect("parse");
+        assert!(cli.command.is_none());
+        assert_eq!(cli.config.tick_ms, 50);
+        assert!(cli.config.log_json);
+        // Server flags do not mix with a subcommand.
+        assert!(Cli::try_parse_from(["amble", "--tick-ms", "50", "token", "--sub", "u"]).is_err());
+        // One key at a time.
+        assert!(
+            Config::try_parse_from([
+                "amble",
+                "--auth-hs256-secret-file",
+                "a",
+                "--auth-public-key-file",
+                "b"
+            ])
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn token_subcommand_takes_its_claims() {
+        let cli = Cli::try_parse_from([
+            "amble",
+            "token",
+            "--sub",
+            "u-1",
+            "--name",
+            "Ada",
+            "--rooms",
+            "team-*,lobby",
+            "--ttl",
+            "15m",
+            "--secret-file",
+            "/s",
+        ])
+        .expect("parse");
+        let Some(Tool::Token(t)) = cli.command else {
+            panic!("no token subcommand");
+        };
+        assert_eq!(t.sub, "u-1");
+        assert_eq!(t.name.as_deref(), Some("Ada"));
+        assert_eq!(
+            t.rooms,
+            Some(vec!["team-*".to_string(), "lobby".to_string()])
+        );
+        assert_eq!(t.ttl, Duration::from_secs(900));
+    }
+
+    #[test]
+    fn ttl_takes_units() {
+        assert_eq!(parse_ttl("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_ttl("15m"), Ok(Duration::from_secs(900)));
+        assert_eq!(parse_ttl("1h"), Ok(Duration::from_secs(3_600)));
+        assert_eq!(parse_ttl("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        for bad in ["", "1", "h", "1w", "1.5h", "-1h", "0s", "367d", "1 h"] {
+            assert!(parse_ttl(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

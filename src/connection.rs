@@ -18,6 +18,7 @@ use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
 use tokio_tungstenite::WebSocketStream;
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace};
 use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
@@ -28,9 +29,9 @@ use crate::outbox::{Event, Outbox, WsIo};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
     Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
-    encode_server, pb,
+    encode_server, pb, validate_name,
 };
-use crate::room::{JoinError, Membership};
+use crate::room::{JoinError, Membership, User};
 use crate::throttle::{Admit, Budget, Gcra, Verdict};
 
 /// WebSocket close codes (RFC 6455 section 7.4.1).
@@ -43,6 +44,10 @@ pub mod close {
     pub const POLICY: u16 = 1008;
     pub const TOO_BIG: u16 = 1009;
     pub const TRY_AGAIN_LATER: u16 = 1013;
+    /// Private use (4000-4999): the same user joined the room from a newer
+    /// connection, which replaced this one. Reconnecting would replace it
+    /// back.
+    pub const REPLACED: u16 = 4000;
 }
 
 /// The upgraded HTTP connection under a WebSocket.
@@ -68,6 +73,8 @@ enum End {
     Stalled,
     /// The server closes with this code and reason after a bad input.
     Refused { code: u16, reason: &'static str },
+    /// A newer connection of the same user joined the room.
+    Replaced,
 }
 
 impl End {
@@ -77,6 +84,7 @@ impl End {
             Self::Shutdown => LeaveReason::Shutdown,
             Self::Idle => LeaveReason::TimedOut,
             Self::Refused { .. } => LeaveReason::Kicked,
+            Self::Replaced => LeaveReason::Replaced,
         }
     }
 
@@ -86,6 +94,7 @@ impl End {
             Self::Shutdown => Some((close::GOING_AWAY, "server shutting down")),
             Self::Idle => Some((close::NORMAL, "idle timeout")),
             Self::Refused { code, reason } => Some((*code, reason)),
+            Self::Replaced => Some((close::REPLACED, "replaced by a newer connection")),
         }
     }
 }
@@ -109,6 +118,9 @@ struct Connection {
     strikes: Gcra,
     deferred: Option<Deferred>,
     last_inbound: Instant,
+    /// Cancelled by the room when a newer connection of this connection's
+    /// user (token `sub`) joins the room it is in.
+    replaced: CancellationToken,
 }
 
 /// Serves one upgraded socket until it ends. `permit` is the connection's
@@ -138,6 +150,7 @@ pub async fn run(
         membership: None,
         deferred: None,
         last_inbound: Instant::now(),
+        replaced: CancellationToken::new(),
         shared: Arc::clone(&shared),
     };
     shared.metrics.connections.inc();
@@ -150,11 +163,18 @@ pub async fn run(
     if matches!(end, End::Idle) {
         shared.metrics.timeouts.inc();
     }
-    if matches!(end, End::Shutdown) {
-        let notice = encode_error(
+    let notice = match end {
+        End::Shutdown => Some(encode_error(
             ErrorCode::ShuttingDown,
             "the server is shutting down: reconnect later",
-        );
+        )),
+        End::Replaced => Some(encode_error(
+            ErrorCode::Replaced,
+            "you joined this room again from another connection, which replaced this one",
+        )),
+        _ => None,
+    };
+    if let Some(notice) = notice {
         let _ = timeout(
             Duration::from_secs(1),
             conn.socket.send(Message::Binary(notice)),
@@ -215,6 +235,9 @@ impl Connection {
         let shutdown = self.shared.shutdown.clone();
         let cancelled = shutdown.cancelled();
         tokio::pin!(cancelled);
+        let replaced_token = self.replaced.clone();
+        let replaced = replaced_token.cancelled();
+        tokio::pin!(replaced);
         let mut armed: Option<Instant> = None;
         let deferral = sleep_until(Instant::now());
         tokio::pin!(deferral);
@@ -238,6 +261,7 @@ impl Connection {
             let step = tokio::select! {
                 biased;
                 () = &mut cancelled => Err(End::Shutdown),
+                () = &mut replaced => Err(End::Replaced),
                 () = &mut stall, if stall_armed => Err(End::Stalled),
                 event = outbox.event() => match event {
                     Event::Backlog(since) => {
@@ -391,7 +415,7 @@ impl Connection {
                 }));
                 self.send_frame(pong).await
             }
-            Command::Join { room, name } => {
+            Command::Join { room, name, token } => {
                 if let Some(m) = &self.membership {
                     let text = format!(
                         "already in room {} as member {}: send Leave first",
@@ -409,8 +433,12 @@ impl Connection {
                     }
                     Verdict::Flood => return self.flood("joins").await,
                 }
+                let (name, user) = match self.admit(&room, name, &token) {
+                    Ok(admitted) => admitted,
+                    Err((code, text)) => return self.refuse(code, text).await,
+                };
                 let sink = Arc::clone(&self.outbox);
-                match self.shared.rooms.join(&room, name, sink).await {
+                match self.shared.rooms.join_as(&room, name, user, sink).await {
                     Ok(m) => {
                         tracing::Span::current()
                             .record("room", room.as_str())
@@ -479,6 +507,42 @@ impl Connection {
                 None => self.refuse(ErrorCode::NotJoined, "Leave before Join").await,
             },
         }
+    }
+
+    /// Checks a Join's token (when the server requires one) and settles the
+    /// name: the token's `name` claim, else the one asked for. Counts every
+    /// refusal by reason.
+    fn admit(
+        &self,
+        room: &str,
+        asked: String,
+        token: &str,
+    ) -> Result<(String, Option<User>), (ErrorCode, String)> {
+        let metrics = &self.shared.metrics;
+        let admission = self.shared.gate.admit(token, room).map_err(|refusal| {
+            metrics.auth_refuse(refusal.reason());
+            debug!(reason = refusal.reason(), "token refused");
+            (refusal.code(), refusal.to_string())
+        })?;
+        if admission.user.is_some() {
+            metrics.auth_admitted.inc();
+        }
+        let name = match admission.name {
+            Some(claimed) => validate_name(claimed, &self.shared.rules)
+                .map_err(|err| (err.code(), format!("the token's name claim: {err}")))?,
+            None if asked.is_empty() => {
+                return Err((
+                    ErrorCode::InvalidName,
+                    "no name: the Join has none and the token no name claim".into(),
+                ));
+            }
+            None => asked,
+        };
+        let user = admission.user.map(|id| User {
+            id,
+            replaced: self.replaced.clone(),
+        });
+        Ok((name, user))
     }
 
     /// Room frames were dropped while the socket was full: send the room

@@ -13,6 +13,7 @@
 //! - [`fanout`]: the seam between a room and its receivers; [`outbox`]: a
 //!   socket's write side, which rooms write into directly.
 //! - [`connection`]: one task per socket.
+//! - [`auth`]: who may join: signed tokens (JWT) on `Join`.
 //! - [`app`]: routes and shared state; [`web`]: the embedded browser client.
 //! - [`metrics`], [`config`], [`clock`].
 //!
@@ -20,6 +21,7 @@
 //! completes, which is how both `main` and the tests start it.
 
 pub mod app;
+pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod connection;
@@ -57,6 +59,18 @@ pub async fn serve(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let gate = auth::Gate::from_config(&config)
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+    match &gate {
+        auth::Gate::Open => warn!(
+            "no --auth-hs256-secret-file or --auth-public-key-file: \
+             anyone may join any room with any name (open mode)"
+        ),
+        auth::Gate::Tokens(verifier) => info!(
+            algorithm = ?verifier.algorithm(),
+            "tokens required: every Join must carry a token signed with the configured key"
+        ),
+    }
     let config = Arc::new(config);
     let clock = Clock::start();
     let metrics = Arc::new(Metrics::default());
@@ -81,6 +95,7 @@ pub async fn serve(
     let token = CancellationToken::new();
     let shared = Arc::new(Shared {
         rules: config.rules(),
+        gate,
         clock,
         metrics,
         rooms: Arc::clone(&rooms),

@@ -7,10 +7,14 @@ use tokio::net::TcpListener;
 use tracing::info;
 use tracing_subscriber::EnvFilter;
 
-use amble::config::Config;
+use amble::config::{Cli, Config, TokenArgs, Tool};
 
 fn main() -> anyhow::Result<()> {
-    let config = amble::config::parse_or_exit::<Config>();
+    let cli = amble::config::parse_or_exit::<Cli>();
+    let config = match cli.command {
+        Some(Tool::Token(args)) => return print_token(&args),
+        None => cli.config,
+    };
     init_tracing(config.log_json);
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if config.workers > 0 {
@@ -65,6 +69,39 @@ fn reachable_here(addr: SocketAddr) -> SocketAddr {
         ip => ip,
     };
     SocketAddr::new(ip, addr.port())
+}
+
+/// `amble token`: prints a signed token on stdout.
+fn print_token(args: &TokenArgs) -> anyhow::Result<()> {
+    use amble::auth;
+    let secret = auth::read_secret(&args.secret_file, "--secret-file")?;
+    let rules = Config::default().rules();
+    let name = args
+        .name
+        .clone()
+        .map(|name| amble::protocol::validate_name(name, &rules))
+        .transpose()
+        .context("--name")?;
+    if let Some(rooms) = &args.rooms {
+        for pattern in rooms {
+            auth::check_room_pattern(pattern, &rules)
+                .with_context(|| format!("--rooms: {pattern:?}"))?;
+        }
+    }
+    let claims = auth::Claims {
+        sub: args.sub.clone(),
+        exp: auth::unix_now() + args.ttl.as_secs(),
+        name,
+        rooms: args.rooms.clone(),
+    };
+    anyhow::ensure!(
+        !claims.sub.is_empty() && claims.sub.len() <= auth::MAX_SUB_BYTES,
+        "--sub: 1 to {} bytes",
+        auth::MAX_SUB_BYTES
+    );
+    let token = auth::mint_hs256(&secret, &claims).context("cannot sign the token")?;
+    println!("{token}");
+    Ok(())
 }
 
 fn init_tracing(json: bool) {

@@ -30,6 +30,13 @@ impl RejectLabels {
     }
 }
 
+/// Labels of `amble_auth_refused_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AuthLabels {
+    /// Why, e.g. `expired` (see `auth::Refusal::reason`).
+    pub reason: &'static str,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     pub connections: Gauge,
@@ -56,6 +63,13 @@ pub struct Metrics {
     // ---- Client input budgets ----
 
     // ---- Authentication ----
+    /// Joins refused for their token, by reason (`missing`, `expired`, ...).
+    pub auth_refused: Family<AuthLabels, Counter<u64, AtomicU64>>,
+    /// Joins admitted with a valid token.
+    pub auth_admitted: Counter,
+    /// Members replaced by a newer connection of the same user.
+    pub auth_replaced: Counter,
+
     registry: std::sync::OnceLock<Registry>,
 }
 
@@ -74,6 +88,13 @@ impl Metrics {
     /// How many inputs were refused with `code` (for tests).
     pub fn rejected_count(&self, code: ErrorCode) -> u64 {
         self.rejected.get_or_create(&RejectLabels::of(code)).get()
+    }
+
+    /// Counts one Join refused for its token, under `reason`.
+    pub fn auth_refuse(&self, reason: &'static str) {
+        self.auth_refused
+            .get_or_create(&AuthLabels { reason })
+            .inc();
     }
 
     /// Counts one frame sent to a client.
@@ -187,6 +208,21 @@ impl Metrics {
             // ---- Client input budgets ----
 
             // ---- Authentication ----
+            r.register(
+                "auth_refused",
+                "Joins refused for their token, by reason",
+                self.auth_refused.clone(),
+            );
+            r.register(
+                "auth_admitted",
+                "Joins admitted with a valid token",
+                self.auth_admitted.clone(),
+            );
+            r.register(
+                "auth_replaced",
+                "Members replaced by a newer connection of the same user (token sub)",
+                self.auth_replaced.clone(),
+            );
 
             r.register_collector(Box::new(ProcessCollector));
             r

@@ -87,10 +87,23 @@ impl Default for Rules {
 /// A decoded, validated client message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Command {
-    Join { room: String, name: String },
-    Move { motion: Motion, seq: u32 },
-    Chat { text: String },
-    Ping { client_time_ms: u64 },
+    /// `name` is empty only when `token` is not: the token's `name` claim
+    /// must then supply it. `token` is empty when none was sent.
+    Join {
+        room: String,
+        name: String,
+        token: String,
+    },
+    Move {
+        motion: Motion,
+        seq: u32,
+    },
+    Chat {
+        text: String,
+    },
+    Ping {
+        client_time_ms: u64,
+    },
     Leave,
 }
 
@@ -141,10 +154,20 @@ pub fn decode_client(frame: &[u8], rules: &Rules) -> Result<Command, DecodeError
         pb::ClientMessage::decode(frame).map_err(|err| DecodeError::Malformed(err.to_string()))?;
     use pb::client_message::Body;
     match msg.body.ok_or(DecodeError::UnknownMessage)? {
-        Body::Join(join) => Ok(Command::Join {
-            room: validate_room(join.room, rules)?,
-            name: validate_name(join.name, rules)?,
-        }),
+        Body::Join(join) => {
+            let room = validate_room(join.room, rules)?;
+            // A token may carry the name, so the Join may leave it out.
+            let name = if join.name.is_empty() && !join.token.is_empty() {
+                join.name
+            } else {
+                validate_name(join.name, rules)?
+            };
+            Ok(Command::Join {
+                room,
+                name,
+                token: join.token,
+            })
+        }
         Body::Move(mv) => {
             let position = validate_position(mv.position, rules)?;
             let walk = match mv.walk {
@@ -202,12 +225,14 @@ fn check_text(text: &str, max_chars: usize) -> Result<(), &'static str> {
     }
 }
 
-fn validate_name(name: String, rules: &Rules) -> Result<String, DecodeError> {
+/// Checks a display name (from a Join, or a token's `name` claim).
+pub fn validate_name(name: String, rules: &Rules) -> Result<String, DecodeError> {
     check_text(&name, rules.max_name_chars).map_err(DecodeError::InvalidName)?;
     Ok(name)
 }
 
-fn validate_room(room: String, rules: &Rules) -> Result<String, DecodeError> {
+/// Checks a room name (from a Join, or a token pattern).
+pub fn validate_room(room: String, rules: &Rules) -> Result<String, DecodeError> {
     if room.is_empty() {
         return Err(DecodeError::InvalidRoom("empty"));
     }

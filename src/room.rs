@@ -8,9 +8,13 @@
 //! member (newest wins) and applied on the room's tick as one motion batch,
 //! so a member receives at most one movement frame per tick however many
 //! members moved. Joined, Left and chat frames go out at once.
+//!
+//! A member may belong to an app's user (a token's `sub`): a room holds at
+//! most one member per user, and a second join of the same user replaces
+//! the first, whose connection is told through its [`User::replaced`].
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -54,9 +58,21 @@ pub enum JoinError {
     ShuttingDown,
 }
 
+/// The app's user behind a member (a token's `sub`), and how to end its
+/// connection when the same user joins the room again.
+#[derive(Clone, Debug)]
+pub struct User {
+    pub id: Arc<str>,
+    /// Cancelled when a newer join of this user replaces the member.
+    pub replaced: CancellationToken,
+}
+
 /// Every room of this server.
 pub struct Rooms {
     map: DashMap<Arc<str>, Arc<Room>>,
+    /// The next member's seat: ids are reused, seats never are, so a
+    /// replaced member's connection cannot act on whoever got its id.
+    seats: AtomicU64,
     settings: RoomSettings,
     clock: Clock,
     metrics: Arc<Metrics>,
@@ -97,6 +113,9 @@ impl Out {
 
 struct State {
     members: BTreeMap<MemberId, Member>,
+    /// Members that belong to an app user, by user id (one entry per such
+    /// member, so bounded by the room's capacity).
+    users: HashMap<Arc<str>, MemberId>,
     /// Members with a pending move, in arrival order (may repeat an id).
     dirty: Vec<MemberId>,
     /// False once the last member left and the room left the map.
@@ -104,6 +123,9 @@ struct State {
 }
 
 struct Member {
+    /// Unique for the server's lifetime; see [`Rooms::seats`].
+    seat: u64,
+    user: Option<User>,
     name: String,
     motion: Motion,
     moved_at_ms: u64,
@@ -200,6 +222,7 @@ impl Rooms {
     pub fn new(settings: RoomSettings, clock: Clock, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             map: DashMap::new(),
+            seats: AtomicU64::new(0),
             settings,
             clock,
             metrics,
@@ -221,13 +244,28 @@ impl Rooms {
         name: String,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
-        fan_out(|| self.join_now(room, name, sink)).await
+        self.join_as(room, name, None, sink).await
+    }
+
+    /// As [`join`](Self::join), for a member that belongs to `user`. If the
+    /// user is in the room already, that member leaves first (the others
+    /// get `Left` with reason REPLACED, then `Joined`), and its `replaced`
+    /// token is cancelled so its connection closes.
+    pub async fn join_as(
+        self: &Arc<Self>,
+        room: &str,
+        name: String,
+        user: Option<User>,
+        sink: Arc<dyn Sink>,
+    ) -> Result<Membership, JoinError> {
+        fan_out(|| self.join_now(room, name, user, sink)).await
     }
 
     fn join_now(
         self: &Arc<Self>,
         room: &str,
         name: String,
+        user: Option<User>,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
         loop {
@@ -241,6 +279,7 @@ impl Rooms {
                     name: Arc::from(room),
                     state: Mutex::new(State {
                         members: BTreeMap::new(),
+                        users: HashMap::new(),
                         dirty: Vec::new(),
                         open: true,
                     }),
@@ -259,15 +298,24 @@ impl Rooms {
                 self.forget(&handle);
                 continue;
             }
-            if st.members.len() >= self.settings.capacity {
+            let replacing = user.as_ref().and_then(|u| st.users.get(&u.id).copied());
+            if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
                 return Err(JoinError::RoomFull {
                     room: room.to_owned(),
                     capacity: self.settings.capacity,
                 });
             }
+            // The user's older member leaves first (its id may be reused).
+            let replaced = replacing.and_then(|old| st.members.remove(&old).map(|m| (old, m)));
             let now_ms = self.clock.now_ms();
             let id = st.lowest_free_id();
+            if let Some(u) = &user {
+                st.users.insert(Arc::clone(&u.id), id);
+            }
+            let seat = self.seats.fetch_add(1, Ordering::Relaxed);
             let member = Member {
+                seat,
+                user,
                 name,
                 motion: Motion::standing(spawn_point(&self.settings, id)),
                 moved_at_ms: now_ms,
@@ -287,26 +335,46 @@ impl Rooms {
             // sees after its snapshot is the first one after it.
             let mut out = handle.out();
             drop(st);
+            if let Some((old, _)) = &replaced {
+                out.sinks.retain(|(m, _)| m != old);
+                let left = encode_server(Body::Left(pb::Left {
+                    member_id: old.0,
+                    reason: LeaveReason::Replaced as i32,
+                }));
+                out.publish(&left, &self.metrics);
+            }
             out.publish(&joined, &self.metrics);
             self.metrics.sent_to(1, welcome.len());
             sink.send_snapshot(welcome);
             out.sinks.push((id, sink));
             drop(out);
             self.metrics.members.inc();
+            if let Some((_, old)) = replaced {
+                self.metrics.members.dec();
+                self.metrics.auth_replaced.inc();
+                if let Some(u) = old.user {
+                    u.replaced.cancel();
+                }
+            }
             return Ok(Membership {
                 rooms: Arc::clone(self),
                 room: handle,
                 id,
+                seat,
                 left: false,
             });
         }
     }
 
-    fn remove(&self, room: &Arc<Room>, id: MemberId, reason: LeaveReason) {
+    fn remove(&self, room: &Arc<Room>, id: MemberId, seat: u64, reason: LeaveReason) {
         let now_empty = {
             let mut st = room.state();
-            if st.members.remove(&id).is_none() {
+            // Gone already (replaced), or the id is someone else's now.
+            if st.members.get(&id).is_none_or(|m| m.seat != seat) {
                 return;
+            }
+            if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
+                st.users.remove(&user.id);
             }
             let now_empty = st.members.is_empty();
             if now_empty {
@@ -345,10 +413,10 @@ impl Rooms {
 
     /// Queues `motion` as `id`'s newest move; with a zero tick it is applied
     /// and sent at once.
-    fn submit(&self, room: &Room, id: MemberId, motion: Motion) {
+    fn submit(&self, room: &Room, id: MemberId, seat: u64, motion: Motion) {
         let mut st = room.state();
         let State { members, dirty, .. } = &mut *st;
-        let Some(member) = members.get_mut(&id) else {
+        let Some(member) = members.get_mut(&id).filter(|m| m.seat == seat) else {
             return;
         };
         if self.settings.tick.is_zero() {
@@ -480,6 +548,7 @@ pub struct Membership {
     rooms: Arc<Rooms>,
     room: Arc<Room>,
     id: MemberId,
+    seat: u64,
     left: bool,
 }
 
@@ -495,7 +564,7 @@ impl Membership {
     /// Queues a move (already throttled) for the next tick; with a zero
     /// tick it is sent at once.
     pub async fn submit(&self, motion: Motion) {
-        fan_out(|| self.rooms.submit(&self.room, self.id, motion)).await;
+        fan_out(|| self.rooms.submit(&self.room, self.id, self.seat, motion)).await;
     }
 
     /// Relays a chat message to the room, sender included.
@@ -507,7 +576,9 @@ impl Membership {
         }));
         fan_out(|| {
             let st = self.room.state();
-            self.room.publish(st, &frame, &self.rooms.metrics);
+            if self.is_in(&st) {
+                self.room.publish(st, &frame, &self.rooms.metrics);
+            }
         })
         .await;
     }
@@ -517,6 +588,9 @@ impl Membership {
     pub async fn resync(&self) {
         fan_out(|| {
             let st = self.room.state();
+            if !self.is_in(&st) {
+                return;
+            }
             let snapshot = encode_server(Body::Resync(st.snapshot(self.rooms.clock.now_ms())));
             let out = self.room.out();
             drop(st);
@@ -531,7 +605,14 @@ impl Membership {
     /// Leaves the room; the others get `Left` with `reason`.
     pub async fn leave(mut self, reason: LeaveReason) {
         self.left = true;
-        fan_out(|| self.rooms.remove(&self.room, self.id, reason)).await;
+        fan_out(|| self.rooms.remove(&self.room, self.id, self.seat, reason)).await;
+    }
+
+    /// Whether this member is still in the room (not replaced).
+    fn is_in(&self, st: &State) -> bool {
+        st.members
+            .get(&self.id)
+            .is_some_and(|m| m.seat == self.seat)
     }
 }
 
@@ -539,7 +620,7 @@ impl Drop for Membership {
     fn drop(&mut self) {
         if !self.left {
             self.rooms
-                .remove(&self.room, self.id, LeaveReason::Disconnected);
+                .remove(&self.room, self.id, self.seat, LeaveReason::Disconnected);
         }
     }
 }

@@ -17,7 +17,7 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = '73cf703d11ddeb96';
+export const SCHEMA_FNV1A64 = '54a9722bb60cbd90';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
@@ -44,6 +44,9 @@ export const ErrorCode = Object.freeze({
   TOO_BIG: 14,
   TEXT_FRAME: 15,
   SHUTTING_DOWN: 16,
+  UNAUTHENTICATED: 17,
+  FORBIDDEN: 18,
+  REPLACED: 19,
 });
 
 /** Why a member left (`amble.v1.LeaveReason`). */
@@ -54,6 +57,7 @@ export const LeaveReason = Object.freeze({
   TIMED_OUT: 3,
   KICKED: 4,
   SHUTDOWN: 5,
+  REPLACED: 6,
 });
 
 const U32_MAX = 0xffff_ffff;
@@ -407,14 +411,16 @@ const decodeWalk = kind(
 function encodeJoin(w, join) {
   w.string(1, str(join.room, 'join.room'));
   w.string(2, str(join.name, 'join.name'));
+  w.string(3, str(join.token, 'join.token'));
 }
 
 const decodeJoin = kind(
-  () => ({ name: '', room: '' }),
+  () => ({ name: '', room: '', token: '' }),
   (r, n, wt, join) => {
     switch (n) {
       case 1: join.room = readString(r, wt, 'Join.room'); return true;
       case 2: join.name = readString(r, wt, 'Join.name'); return true;
+      case 3: join.token = readString(r, wt, 'Join.token'); return true;
       default: return false;
     }
   },

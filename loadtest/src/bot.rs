@@ -268,6 +268,7 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
         room: plan.room_name(room),
         name: format!("bot{index}"),
+        token: String::new(),
     }));
     count_out(run, join.len());
     match timeout(SEND_TIMEOUT, ws.send(Message::Binary(join.into()))).await {

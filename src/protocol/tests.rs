@@ -11,6 +11,7 @@ fn join(room: &str, name: &str) -> Vec<u8> {
     encode_client(C::Join(pb::Join {
         room: room.into(),
         name: name.into(),
+        token: String::new(),
     }))
 }
 
@@ -36,9 +37,33 @@ fn decodes_a_join() {
         decode_client(&join("lobby", "Ada"), &rules()),
         Ok(Command::Join {
             room: "lobby".into(),
-            name: "Ada".into()
+            name: "Ada".into(),
+            token: String::new(),
         })
     );
+}
+
+#[test]
+fn a_join_with_a_token_may_leave_the_name_to_it() {
+    let with_token = |name: &str| {
+        encode_client(C::Join(pb::Join {
+            room: "lobby".into(),
+            name: name.into(),
+            token: "a.b.c".into(),
+        }))
+    };
+    assert_eq!(
+        decode_client(&with_token(""), &rules()),
+        Ok(Command::Join {
+            room: "lobby".into(),
+            name: String::new(),
+            token: "a.b.c".into(),
+        })
+    );
+    // A name that is sent is still checked.
+    assert_eq!(code(&with_token("   ")), ErrorCode::InvalidName);
+    // Without a token, an empty name is refused as before.
+    assert_eq!(code(&join("lobby", "")), ErrorCode::InvalidName);
 }
 
 #[test]
@@ -280,6 +305,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
             C::Join(pb::Join {
                 room: "lobby".into(),
                 name: "Ada Lovelace".into(),
+                token: String::new(),
             }),
         ),
         client(
@@ -287,6 +313,17 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
             C::Join(pb::Join {
                 room: "café-2".replace('é', "e"),
                 name: "Zoë 🌿".into(),
+                token: String::new(),
+            }),
+        ),
+        client(
+            "join_token",
+            C::Join(pb::Join {
+                room: "team-blue".into(),
+                name: String::new(),
+                // The shape of a JWT; the codec carries it as an opaque string.
+                token: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1LTEiLCJleHAiOjE3NjQ2MDM2MDB9.c2lnbmF0dXJl"
+                    .into(),
             }),
         ),
         client(
@@ -370,10 +407,38 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
             })),
         ),
         server(
+            "left_replaced",
+            body(S::Left(pb::Left {
+                member_id: 4,
+                reason: LeaveReason::Replaced as i32,
+            })),
+        ),
+        server(
             "error",
             body(S::Error(pb::Error {
                 code: ErrorCode::RoomFull as i32,
                 message: "room lobby is full (500 members)".into(),
+            })),
+        ),
+        server(
+            "error_unauthenticated",
+            body(S::Error(pb::Error {
+                code: ErrorCode::Unauthenticated as i32,
+                message: "token expired".into(),
+            })),
+        ),
+        server(
+            "error_forbidden",
+            body(S::Error(pb::Error {
+                code: ErrorCode::Forbidden as i32,
+                message: "the token does not allow room lobby".into(),
+            })),
+        ),
+        server(
+            "error_replaced",
+            body(S::Error(pb::Error {
+                code: ErrorCode::Replaced as i32,
+                message: "you joined lobby from another connection".into(),
             })),
         ),
         server("resync", body(S::Resync(snapshot))),

@@ -170,6 +170,91 @@ async fn ids_are_reused_and_empty_rooms_disappear() {
     assert_eq!(rooms.metrics.members.get(), 0);
 }
 
+/// Joins `room` as app user `user`, returning the member, its inbox and
+/// the token its replacement cancels.
+async fn join_user(
+    rooms: &Arc<Rooms>,
+    room: &str,
+    user: &str,
+) -> (Membership, Arc<Inbox>, CancellationToken) {
+    let inbox = Inbox::new(16);
+    let sink: Arc<dyn Sink> = inbox.clone();
+    let replaced = CancellationToken::new();
+    let u = User {
+        id: Arc::from(user),
+        replaced: replaced.clone(),
+    };
+    let m = rooms
+        .join_as(room, user.into(), Some(u), sink)
+        .await
+        .expect("joins");
+    (m, inbox, replaced)
+}
+
+#[tokio::test]
+async fn a_users_second_join_replaces_the_first_in_order() {
+    let rooms = rooms(2, 0);
+    let (_ada, ada, _) = join_user(&rooms, "r", "ada").await;
+    let (old, old_inbox, old_replaced) = join_user(&rooms, "r", "bo").await;
+    assert_eq!(old.id(), MemberId(1));
+    next(&ada).await; // Welcome
+    next(&ada).await; // Joined bo
+    next(&old_inbox).await; // Welcome
+
+    // A full room still takes the user back: the old member makes room.
+    let (new, new_inbox, new_replaced) = join_user(&rooms, "r", "bo").await;
+    assert!(old_replaced.is_cancelled());
+    assert!(!new_replaced.is_cancelled());
+    // The freed id is reused at once.
+    assert_eq!(new.id(), MemberId(1));
+    match next(&ada).await.body {
+        Some(Body::Left(l)) => {
+            assert_eq!((l.member_id, l.reason), (1, LeaveReason::Replaced as i32))
+        }
+        other => panic!("{other:?}"),
+    }
+    match next(&ada).await.body {
+        Some(Body::Joined(j)) => assert_eq!(j.member.expect("member").id, 1),
+        other => panic!("{other:?}"),
+    }
+    let Some(Body::Welcome(w)) = next(&new_inbox).await.body else {
+        panic!("not a welcome")
+    };
+    assert_eq!(w.snapshot.expect("snapshot").members.len(), 2);
+    // The replaced member hears nothing more.
+    assert!(old_inbox.is_empty());
+    assert_eq!(rooms.metrics.members.get(), 2);
+    assert_eq!(rooms.metrics.auth_replaced.get(), 1);
+
+    // The old connection's late moves, chat and leave touch nobody, though
+    // its id is the new member's now.
+    old.submit(at(77)).await;
+    old.chat("ghost".into()).await;
+    old.resync().await;
+    old.leave(LeaveReason::Disconnected).await;
+    assert!(ada.is_empty());
+    assert!(new_inbox.is_empty());
+    assert_eq!(rooms.metrics.members.get(), 2);
+    new.submit(at(5)).await;
+    let records = decode_motion(&next(&ada).await.motion).expect("batch").1;
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].motion, at(5));
+
+    // Leaving frees the user: the next join replaces nobody.
+    new.leave(LeaveReason::Left).await;
+    let (_again, _, _) = join_user(&rooms, "r", "bo").await;
+    assert_eq!(rooms.metrics.auth_replaced.get(), 1);
+}
+
+#[tokio::test]
+async fn the_same_user_in_two_rooms_is_two_members() {
+    let rooms = rooms(10, 100);
+    let (_a, _, first) = join_user(&rooms, "one", "ada").await;
+    let (_b, _, second) = join_user(&rooms, "two", "ada").await;
+    assert!(!first.is_cancelled() && !second.is_cancelled());
+    assert_eq!(rooms.metrics.members.get(), 2);
+}
+
 #[tokio::test]
 async fn a_full_room_refuses() {
     let rooms = rooms(2, 100);

@@ -65,6 +65,7 @@ async fn garbage_and_truncated_frames_close_with_1007() {
         let whole = encode_client(C::Join(pb::Join {
             room: "lobby".into(),
             name: "x".into(),
+            token: String::new(),
         }));
         whole[..whole.len() - 3].to_vec()
     }] {
@@ -131,6 +132,7 @@ async fn commands_out_of_order() {
     c.send(C::Join(pb::Join {
         room: "other".into(),
         name: "again".into(),
+        token: String::new(),
     }))
     .await;
     let text = c.expect_error(ErrorCode::AlreadyJoined).await;
@@ -197,6 +199,7 @@ async fn bad_names_rooms_and_chat() {
         c.send(C::Join(pb::Join {
             room: r.into(),
             name: n.into(),
+            token: String::new(),
         }))
         .await;
         c.expect_error(code).await;
@@ -269,6 +272,7 @@ async fn a_full_room_refuses_and_the_socket_stays() {
     c.send(C::Join(pb::Join {
         room: "lobby".into(),
         name: "third".into(),
+        token: String::new(),
     }))
     .await;
     let text = c.expect_error(ErrorCode::RoomFull).await;

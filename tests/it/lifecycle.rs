@@ -253,6 +253,7 @@ async fn joining_too_often_is_rate_limited() {
     c.send(C::Join(pb::Join {
         room: "lobby".into(),
         name: "again".into(),
+        token: String::new(),
     }))
     .await;
     let text = c.expect_error(pb::ErrorCode::RateLimited).await;

@@ -228,6 +228,7 @@ impl Client {
         self.send(C::Join(pb::Join {
             room: room.into(),
             name: name.into(),
+            token: String::new(),
         }))
         .await;
         match self.recv().await.body {

@@ -165,7 +165,7 @@ test('joining: connects with the subprotocol, sends Join, and the Welcome fills 
   assert.equal(ws.binaryType, 'arraybuffer');
   ws.open();
   assert.equal(client.state, State.JOINING);
-  assert.deepEqual(ws.sentOf('join'), [{ room: 'lobby', name: 'Me' }]);
+  assert.deepEqual(ws.sentOf('join'), [{ room: 'lobby', name: 'Me', token: '' }]);
   assert.equal(ws.sentOf('ping').length, 1, 'a first Ping for the clock');
   ws.receive(welcome(1, [wire(0, 'Ada', 100, 100), wire(1, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
@@ -438,7 +438,7 @@ test('reconnect: exponential backoff with injected jitter, rejoining the same ro
   assert.match(of('closed')[0][1].text, /Reconnecting in/);
   // The server is back: the client rejoins the same room with the same name.
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me' }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '' }]);
   last().receive(welcome(4, [wire(0, 'Ada', 100, 100), wire(4, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
   const [, rejoin] = of('welcome')[1];
@@ -470,7 +470,7 @@ test('leave() keeps the socket; a new join works on it', () => {
   assert.equal(client.me, null);
   assert.equal(last().sentOf('leave').length, 1);
   client.join('cafe', 'Me');
-  assert.deepEqual(last().sentOf('join')[1], { room: 'cafe', name: 'Me' });
+  assert.deepEqual(last().sentOf('join')[1], { room: 'cafe', name: 'Me', token: '' });
 });
 
 test('a resync replaces the members; a member that is still there is eased, not snapped', () => {

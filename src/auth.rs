@@ -1,0 +1,366 @@
+//! Who may join: signed tokens (JWT) on `Join`.
+//!
+//! With a key configured (`--auth-hs256-secret-file`, or
+//! `--auth-public-key-file` for RS256 or EdDSA), every `Join` must carry a
+//! token the app's backend signed: `sub` (the app's user id) and `exp` are
+//! required, `name` replaces the display name asked for, and `rooms` lists
+//! the rooms the token allows (a trailing `*` matches any suffix). Without a
+//! key the [`Gate`] is open and tokens are ignored, as before tokens existed.
+//!
+//! Signatures are checked by the `jsonwebtoken` crate, never here. The
+//! accepted algorithm is the one the key is for, and only that one: a token
+//! whose header names another (`none` included) is refused. Plain data: no
+//! tokio, no sockets; the wall clock is read by `jsonwebtoken` for `exp`.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use serde::{Deserialize, Serialize};
+
+use crate::config::Config;
+use crate::protocol::{DecodeError, ErrorCode, Rules, validate_room};
+
+/// Clock skew tolerated on `exp` (and `nbf`, when a token has one), seconds.
+pub const LEEWAY_SECS: u64 = 30;
+
+/// The shortest HS256 secret accepted, bytes (RFC 7518 section 3.2: at
+/// least the size of the hash output).
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// The longest `sub` accepted, bytes. A room keeps one per member.
+pub const MAX_SUB_BYTES: usize = 256;
+
+/// The claims amble reads. Others (`iat`, `jti`, ...) are ignored; `aud`
+/// is refused, since amble has no audience of its own to match it with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Claims {
+    /// The app's user id: one user is one avatar per room.
+    pub sub: String,
+    /// Expiry, seconds since the Unix epoch.
+    pub exp: u64,
+    /// The display name, replacing the one the Join asks for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Allowed rooms; absent allows every room. `team-*` allows every room
+    /// whose name starts with `team-`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rooms: Option<Vec<String>>,
+}
+
+/// Whether `patterns` (a token's `rooms`) allow `room`. `None` allows all;
+/// a pattern ending in `*` matches every room that starts with the rest of
+/// it; any other pattern matches only itself (case-sensitive, as rooms are).
+pub fn room_allowed(patterns: Option<&[String]>, room: &str) -> bool {
+    let Some(patterns) = patterns else {
+        return true;
+    };
+    patterns.iter().any(|p| match p.strip_suffix('*') {
+        Some(prefix) => room.starts_with(prefix),
+        None => p == room,
+    })
+}
+
+/// Checks a `rooms` pattern as `amble token` writes it: a room name, or the
+/// start of one followed by `*` (`*` alone allows every room).
+pub fn check_room_pattern(pattern: &str, rules: &Rules) -> Result<(), DecodeError> {
+    match pattern.strip_suffix('*') {
+        Some("") => Ok(()),
+        Some(prefix) => validate_room(prefix.to_owned(), rules).map(drop),
+        None => validate_room(pattern.to_owned(), rules).map(drop),
+    }
+}
+
+/// What an admitted Join brings with it.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub struct Admission {
+    /// The token's `sub`: `None` on an open server.
+    pub user: Option<Arc<str>>,
+    /// The token's `name` claim, not yet checked against the name rule.
+    pub name: Option<String>,
+}
+
+/// Why a Join's token was refused. Each is counted under its
+/// [`reason`](Refusal::reason) in `amble_auth_refused_total`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    /// The Join carries no token.
+    #[error("this server requires a token: send Join.token (a JWT from the app)")]
+    Missing,
+    /// Not a JWT, or its claims are missing or of the wrong type.
+    #[error("malformed token: {0}")]
+    Malformed(String),
+    /// The signature does not verify with the server's key.
+    #[error("the token's signature does not verify")]
+    BadSignature,
+    /// The header names an algorithm other than the key's.
+    #[error("the token is signed with another algorithm than this server's key ({expected:?})")]
+    Algorithm { expected: Algorithm },
+    /// `exp` is past (beyond the leeway).
+    #[error("the token has expired")]
+    Expired,
+    /// `nbf` is still ahead (beyond the leeway).
+    #[error("the token is not valid yet (nbf)")]
+    NotYetValid,
+    /// The token names an audience (`aud`); amble accepts none.
+    #[error("the token is for an audience (aud): amble accepts tokens without one")]
+    Audience,
+    /// The token's `rooms` do not include this room.
+    #[error("the token does not allow room {room}")]
+    Forbidden { room: String },
+}
+
+impl Refusal {
+    /// The protocol error code sent back.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Self::Forbidden { .. } => ErrorCode::Forbidden,
+            _ => ErrorCode::Unauthenticated,
+        }
+    }
+
+    /// The `reason` label in `/metrics`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::Missing => "missing",
+            Self::Malformed(_) => "malformed",
+            Self::BadSignature => "bad_signature",
+            Self::Algorithm { .. } => "algorithm",
+            Self::Expired => "expired",
+            Self::NotYetValid => "not_yet_valid",
+            Self::Audience => "audience",
+            Self::Forbidden { .. } => "forbidden",
+        }
+    }
+}
+
+/// Why the configured secret or key cannot be used. The message names the
+/// flag, so the operator knows what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The file cannot be read.
+    #[error("{flag} {}: cannot read it: {source}", path.display())]
+    Read {
+        flag: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The secret is empty or shorter than [`MIN_SECRET_BYTES`].
+    #[error(
+        "{flag} {}: the secret is {len} bytes; use at least {MIN_SECRET_BYTES} \
+         (for example `openssl rand -base64 48 > {}`)",
+        path.display(), path.display()
+    )]
+    ShortSecret {
+        flag: &'static str,
+        path: PathBuf,
+        len: usize,
+    },
+    /// The key file is not a public key amble can use.
+    #[error("{flag} {}: {why}", path.display())]
+    Key {
+        flag: &'static str,
+        path: PathBuf,
+        why: &'static str,
+    },
+}
+
+/// The flag names, for messages.
+pub const SECRET_FLAG: &str = "--auth-hs256-secret-file";
+pub const PUBLIC_KEY_FLAG: &str = "--auth-public-key-file";
+
+/// Reads an HS256 secret: the file's bytes, less trailing line breaks.
+/// Refuses a missing, empty or short one, naming `flag`.
+pub fn read_secret(path: &Path, flag: &'static str) -> Result<Vec<u8>, SetupError> {
+    let mut secret = std::fs::read(path).map_err(|source| SetupError::Read {
+        flag,
+        path: path.to_owned(),
+        source,
+    })?;
+    while secret.last().is_some_and(|b| matches!(b, b'\n' | b'\r')) {
+        secret.pop();
+    }
+    if secret.len() < MIN_SECRET_BYTES {
+        return Err(SetupError::ShortSecret {
+            flag,
+            path: path.to_owned(),
+            len: secret.len(),
+        });
+    }
+    Ok(secret)
+}
+
+/// Reads a PEM public key and the one algorithm it verifies: RS256 for an
+/// RSA key, EdDSA for an Ed25519 key.
+fn read_public_key(path: &Path) -> Result<(DecodingKey, Algorithm), SetupError> {
+    let flag = PUBLIC_KEY_FLAG;
+    let bad = |why| SetupError::Key {
+        flag,
+        path: path.to_owned(),
+        why,
+    };
+    let pem = std::fs::read(path).map_err(|source| SetupError::Read {
+        flag,
+        path: path.to_owned(),
+        source,
+    })?;
+    if pem.windows(11).any(|w| w == b"PRIVATE KEY") {
+        return Err(bad(
+            "this is a private key: give the public one (`openssl pkey -in KEY -pubout`)",
+        ));
+    }
+    let (key, alg) = if let Ok(key) = DecodingKey::from_rsa_pem(&pem) {
+        (key, Algorithm::RS256)
+    } else if let Ok(key) = DecodingKey::from_ed_pem(&pem) {
+        (key, Algorithm::EdDSA)
+    } else {
+        return Err(bad(
+            "not an RSA or Ed25519 public key in PEM (-----BEGIN PUBLIC KEY-----)",
+        ));
+    };
+    // A probe: a key that parses as PEM but not as a key fails here, at
+    // start, rather than on every Join.
+    match jsonwebtoken::crypto::verify("AAAA", b"probe", &key, alg) {
+        Ok(_) => Ok((key, alg)),
+        Err(_) => Err(bad("the PEM holds no usable RSA or Ed25519 public key")),
+    }
+}
+
+/// Checks Join tokens with one key and one algorithm.
+pub struct Verifier {
+    key: DecodingKey,
+    validation: Validation,
+}
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Verifier")
+            .field("algorithm", &self.algorithm())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Verifier {
+    /// A verifier for `key`, accepting `alg` and nothing else.
+    pub fn new(key: DecodingKey, alg: Algorithm) -> Self {
+        let mut validation = Validation::new(alg);
+        validation.set_required_spec_claims(&["exp", "sub"]);
+        validation.leeway = LEEWAY_SECS;
+        validation.validate_exp = true;
+        validation.validate_nbf = true;
+        validation.validate_aud = true;
+        Self { key, validation }
+    }
+
+    /// The one algorithm accepted.
+    pub fn algorithm(&self) -> Algorithm {
+        self.validation.algorithms[0]
+    }
+
+    /// Verifies `token` and checks that it allows `room`.
+    pub fn admit(&self, token: &str, room: &str) -> Result<Admission, Refusal> {
+        if token.is_empty() {
+            return Err(Refusal::Missing);
+        }
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
+            .map_err(|err| self.refusal(err))?
+            .claims;
+        if claims.sub.is_empty() {
+            return Err(Refusal::Malformed("empty sub".into()));
+        }
+        if claims.sub.len() > MAX_SUB_BYTES {
+            return Err(Refusal::Malformed(format!(
+                "sub is longer than {MAX_SUB_BYTES} bytes"
+            )));
+        }
+        if !room_allowed(claims.rooms.as_deref(), room) {
+            return Err(Refusal::Forbidden {
+                room: room.to_owned(),
+            });
+        }
+        Ok(Admission {
+            user: Some(Arc::from(claims.sub)),
+            name: claims.name,
+        })
+    }
+
+    fn refusal(&self, err: jsonwebtoken::errors::Error) -> Refusal {
+        match err.into_kind() {
+            ErrorKind::InvalidSignature => Refusal::BadSignature,
+            ErrorKind::InvalidAlgorithm => Refusal::Algorithm {
+                expected: self.algorithm(),
+            },
+            ErrorKind::ExpiredSignature => Refusal::Expired,
+            ErrorKind::ImmatureSignature => Refusal::NotYetValid,
+            ErrorKind::InvalidAudience => Refusal::Audience,
+            ErrorKind::MissingRequiredClaim(claim) => {
+                Refusal::Malformed(format!("no {claim} claim"))
+            }
+            ErrorKind::InvalidClaimFormat(claim) => {
+                Refusal::Malformed(format!("{claim} is not a number"))
+            }
+            ErrorKind::Json(err) => Refusal::Malformed(format!("claims or header: {err}")),
+            ErrorKind::Base64(_) | ErrorKind::Utf8(_) => {
+                Refusal::Malformed("not base64url-encoded JSON".into())
+            }
+            ErrorKind::InvalidToken => {
+                Refusal::Malformed("not a JWT (header.claims.signature)".into())
+            }
+            // Key or provider failures on this token: it does not verify.
+            _ => Refusal::BadSignature,
+        }
+    }
+}
+
+/// Who may join: everyone (no key configured) or token holders.
+#[derive(Debug)]
+pub enum Gate {
+    /// No key: Joins need no token, and a token sent is ignored.
+    Open,
+    /// Every Join needs a token this verifier accepts.
+    Tokens(Box<Verifier>),
+}
+
+impl Gate {
+    /// The gate the config asks for, reading its secret or key file once.
+    pub fn from_config(config: &Config) -> Result<Self, SetupError> {
+        if let Some(path) = &config.auth_hs256_secret_file {
+            let secret = read_secret(path, SECRET_FLAG)?;
+            return Ok(Self::Tokens(Box::new(Verifier::new(
+                DecodingKey::from_secret(&secret),
+                Algorithm::HS256,
+            ))));
+        }
+        if let Some(path) = &config.auth_public_key_file {
+            let (key, alg) = read_public_key(path)?;
+            return Ok(Self::Tokens(Box::new(Verifier::new(key, alg))));
+        }
+        Ok(Self::Open)
+    }
+
+    /// Admits a Join to `room` with `token` (ignored when open).
+    pub fn admit(&self, token: &str, room: &str) -> Result<Admission, Refusal> {
+        match self {
+            Self::Open => Ok(Admission::default()),
+            Self::Tokens(verifier) => verifier.admit(token, room),
+        }
+    }
+}
+
+/// Signs `claims` with an HS256 `secret` (for `amble token` and tests).
+pub fn mint_hs256(secret: &[u8], claims: &Claims) -> Result<String, jsonwebtoken::errors::Error> {
+    jsonwebtoken::encode(
+        &Header::new(Algorithm::HS256),
+        claims,
+        &EncodingKey::from_secret(secret),
+    )
+}
+
+/// Seconds since the Unix epoch, as `exp` counts them.
+pub fn unix_now() -> u64 {
+    jsonwebtoken::get_current_timestamp()
+}
+
+#[cfg(test)]
+mod tests;

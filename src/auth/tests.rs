@@ -1,0 +1,304 @@
+use super::*;
+
+const SECRET: &[u8] = b"0123456789abcdef0123456789abcdef-test-only";
+
+fn keys(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/keys")
+        .join(name);
+    std::fs::read(path).expect("test key")
+}
+
+fn claims(sub: &str) -> Claims {
+    Claims {
+        sub: sub.into(),
+        exp: unix_now() + 600,
+        name: None,
+        rooms: None,
+    }
+}
+
+fn hs256() -> Verifier {
+    Verifier::new(DecodingKey::from_secret(SECRET), Algorithm::HS256)
+}
+
+fn sign(alg: Algorithm, claims: &impl Serialize, key: &EncodingKey) -> String {
+    jsonwebtoken::encode(&Header::new(alg), claims, key).expect("sign")
+}
+
+fn reason(r: Result<Admission, Refusal>) -> &'static str {
+    r.map_or_else(|e| e.reason(), |a| panic!("admitted: {a:?}"))
+}
+
+#[test]
+fn rooms_match_exactly_or_by_prefix() {
+    let p = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert!(room_allowed(None, "anything"));
+    assert!(room_allowed(Some(&p(&["lobby"])), "lobby"));
+    assert!(!room_allowed(Some(&p(&["lobby"])), "lobby2"));
+    assert!(!room_allowed(Some(&p(&["lobby"])), "Lobby"));
+    assert!(room_allowed(Some(&p(&["team-*"])), "team-blue"));
+    assert!(room_allowed(Some(&p(&["team-*"])), "team-"));
+    assert!(!room_allowed(Some(&p(&["team-*"])), "team"));
+    assert!(!room_allowed(Some(&p(&["team-*"])), "xteam-blue"));
+    assert!(room_allowed(Some(&p(&["a", "team-*"])), "a"));
+    assert!(room_allowed(Some(&p(&["*"])), "any.room"));
+    // A `*` is a wildcard only at the end.
+    assert!(!room_allowed(Some(&p(&["*-blue"])), "team-blue"));
+    // An empty list allows no room.
+    assert!(!room_allowed(Some(&[]), "lobby"));
+}
+
+#[test]
+fn token_room_patterns_follow_the_room_rule() {
+    let rules = Rules::default();
+    for ok in ["lobby", "team-*", "*", "a.b_c-*"] {
+        assert!(check_room_pattern(ok, &rules).is_ok(), "{ok}");
+    }
+    for bad in ["", "a b", "team*x", "**", &"r".repeat(33)] {
+        assert!(check_room_pattern(bad, &rules).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn admits_a_good_token_with_its_user_and_name() {
+    let mut c = claims("user-1");
+    c.name = Some("Ada".into());
+    c.rooms = Some(vec!["team-*".into()]);
+    let token = mint_hs256(SECRET, &c).expect("mint");
+    assert_eq!(
+        hs256().admit(&token, "team-blue"),
+        Ok(Admission {
+            user: Some(Arc::from("user-1")),
+            name: Some("Ada".into()),
+        })
+    );
+    let refused = hs256().admit(&token, "lobby");
+    assert_eq!(
+        refused,
+        Err(Refusal::Forbidden {
+            room: "lobby".into()
+        })
+    );
+    assert_eq!(refused.unwrap_err().code(), ErrorCode::Forbidden);
+}
+
+#[test]
+fn refuses_a_missing_token() {
+    let r = hs256().admit("", "lobby");
+    assert_eq!(r, Err(Refusal::Missing));
+    assert_eq!(r.unwrap_err().code(), ErrorCode::Unauthenticated);
+}
+
+#[test]
+fn refuses_malformed_tokens() {
+    let v = hs256();
+    assert_eq!(reason(v.admit("garbage", "lobby")), "malformed");
+    assert_eq!(reason(v.admit("a.b.c", "lobby")), "malformed");
+    assert_eq!(reason(v.admit("..", "lobby")), "malformed");
+    let key = EncodingKey::from_secret(SECRET);
+    let exp = unix_now() + 600;
+    let no_sub = sign(Algorithm::HS256, &serde_json::json!({ "exp": exp }), &key);
+    assert_eq!(reason(v.admit(&no_sub, "lobby")), "malformed");
+    let no_exp = sign(Algorithm::HS256, &serde_json::json!({ "sub": "u" }), &key);
+    assert_eq!(reason(v.admit(&no_exp, "lobby")), "malformed");
+    let text_exp = sign(
+        Algorithm::HS256,
+        &serde_json::json!({ "sub": "u", "exp": "tomorrow" }),
+        &key,
+    );
+    assert_eq!(reason(v.admit(&text_exp, "lobby")), "malformed");
+    let rooms_string = sign(
+        Algorithm::HS256,
+        &serde_json::json!({ "sub": "u", "exp": exp, "rooms": "lobby" }),
+        &key,
+    );
+    assert_eq!(reason(v.admit(&rooms_string, "lobby")), "malformed");
+    let empty_sub = mint_hs256(SECRET, &claims("")).expect("mint");
+    assert_eq!(reason(v.admit(&empty_sub, "lobby")), "malformed");
+    let long_sub = mint_hs256(SECRET, &claims(&"u".repeat(MAX_SUB_BYTES + 1))).expect("mint");
+    assert_eq!(reason(v.admit(&long_sub, "lobby")), "malformed");
+    let longest = mint_hs256(SECRET, &claims(&"u".repeat(MAX_SUB_BYTES))).expect("mint");
+    assert!(v.admit(&longest, "lobby").is_ok());
+}
+
+#[test]
+fn refuses_a_bad_signature() {
+    let v = hs256();
+    let other = mint_hs256(b"another secret of at least 32 bytes!", &claims("u")).expect("mint");
+    assert_eq!(reason(v.admit(&other, "lobby")), "bad_signature");
+    // Claims changed after signing.
+    let good = mint_hs256(SECRET, &claims("u")).expect("mint");
+    let forged =
+        mint_hs256(b"another secret of at least 32 bytes!", &claims("admin")).expect("mint");
+    let mut parts: Vec<&str> = good.split('.').collect();
+    parts[1] = forged.split('.').nth(1).expect("claims");
+    assert_eq!(reason(v.admit(&parts.join("."), "lobby")), "bad_signature");
+}
+
+#[test]
+fn accepts_only_the_keys_algorithm() {
+    let v = hs256();
+    let hs384 = sign(
+        Algorithm::HS384,
+        &claims("u"),
+        &EncodingKey::from_secret(SECRET),
+    );
+    assert_eq!(reason(v.admit(&hs384, "lobby")), "algorithm");
+    // `alg: none` with no signature is not an algorithm at all.
+    let good = mint_hs256(SECRET, &claims("u")).expect("mint");
+    let claims_part = good.split('.').nth(1).expect("claims");
+    // base64url of {"alg":"none","typ":"JWT"}
+    let none = "eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0";
+    let unsigned = format!("{none}.{claims_part}.");
+    assert_eq!(reason(v.admit(&unsigned, "lobby")), "malformed");
+
+    // The classic confusion: an HS256 token keyed with the RSA public key's
+    // PEM, sent to a server that holds that public key.
+    let public = keys("rsa-public.pem");
+    let rs = Verifier::new(
+        DecodingKey::from_rsa_pem(&public).expect("rsa"),
+        Algorithm::RS256,
+    );
+    let confused = sign(
+        Algorithm::HS256,
+        &claims("u"),
+        &EncodingKey::from_secret(&public),
+    );
+    assert_eq!(reason(rs.admit(&confused, "lobby")), "algorithm");
+}
+
+#[test]
+fn refuses_expired_tokens_beyond_the_leeway() {
+    let v = hs256();
+    let mut c = claims("u");
+    c.exp = unix_now() - LEEWAY_SECS - 60;
+    let expired = mint_hs256(SECRET, &c).expect("mint");
+    assert_eq!(reason(v.admit(&expired, "lobby")), "expired");
+    c.exp = unix_now() - LEEWAY_SECS / 2;
+    let within_leeway = mint_hs256(SECRET, &c).expect("mint");
+    assert!(v.admit(&within_leeway, "lobby").is_ok());
+    // Expired and forged: the signature is checked first.
+    c.exp = unix_now() - LEEWAY_SECS - 60;
+    let forged = mint_hs256(b"another secret of at least 32 bytes!", &c).expect("mint");
+    assert_eq!(reason(v.admit(&forged, "lobby")), "bad_signature");
+}
+
+#[test]
+fn refuses_tokens_not_valid_yet_or_for_an_audience() {
+    let v = hs256();
+    let key = EncodingKey::from_secret(SECRET);
+    let now = unix_now();
+    let later = sign(
+        Algorithm::HS256,
+        &serde_json::json!({ "sub": "u", "exp": now + 600, "nbf": now + 300 }),
+        &key,
+    );
+    assert_eq!(reason(v.admit(&later, "lobby")), "not_yet_valid");
+    let for_someone = sign(
+        Algorithm::HS256,
+        &serde_json::json!({ "sub": "u", "exp": now + 600, "aud": "billing" }),
+        &key,
+    );
+    assert_eq!(reason(v.admit(&for_someone, "lobby")), "audience");
+}
+
+#[test]
+fn verifies_eddsa_and_rs256_with_public_keys() {
+    let dir = TempDir::new();
+    for (public, private, alg) in [
+        (
+            "ed25519-public.pem",
+            "ed25519-private.pem",
+            Algorithm::EdDSA,
+        ),
+        ("rsa-public.pem", "rsa-private.pem", Algorithm::RS256),
+    ] {
+        let path = dir.file(public, &keys(public));
+        let (key, detected) = read_public_key(&path).expect("key");
+        assert_eq!(detected, alg, "{public}");
+        let v = Verifier::new(key, alg);
+        let signing = match alg {
+            Algorithm::EdDSA => EncodingKey::from_ed_pem(&keys(private)),
+            _ => EncodingKey::from_rsa_pem(&keys(private)),
+        }
+        .expect("private key");
+        let token = sign(alg, &claims("u"), &signing);
+        assert!(v.admit(&token, "lobby").is_ok(), "{public}");
+        let hs = mint_hs256(SECRET, &claims("u")).expect("mint");
+        assert_eq!(reason(v.admit(&hs, "lobby")), "algorithm", "{public}");
+    }
+}
+
+#[test]
+fn setup_refuses_unusable_secrets_and_keys_naming_the_flag() {
+    let dir = TempDir::new();
+    let missing = dir.path.join("nothing-here");
+    let err = read_secret(&missing, SECRET_FLAG).unwrap_err().to_string();
+    assert!(err.starts_with("--auth-hs256-secret-file "), "{err}");
+    assert!(err.contains("cannot read"), "{err}");
+    for short in [
+        &b""[..],
+        b"\n",
+        &[b'x'; 31],
+        b"0123456789012345678901234567890\n",
+    ] {
+        let path = dir.file("short", short);
+        let err = read_secret(&path, SECRET_FLAG).unwrap_err().to_string();
+        assert!(err.starts_with("--auth-hs256-secret-file "), "{err}");
+        assert!(err.contains("use at least 32"), "{err}");
+    }
+    let path = dir.file("ok", b"0123456789abcdef0123456789abcdef\r\n");
+    assert_eq!(
+        read_secret(&path, SECRET_FLAG).expect("secret"),
+        b"0123456789abcdef0123456789abcdef"
+    );
+
+    for (name, content, why) in [
+        ("private", keys("ed25519-private.pem"), "private key"),
+        ("ec", keys("ec-public.pem"), "not an RSA or Ed25519"),
+        ("text", b"hello".to_vec(), "not an RSA or Ed25519"),
+    ] {
+        let path = dir.file(name, &content);
+        let err = read_public_key(&path).unwrap_err().to_string();
+        assert!(err.starts_with("--auth-public-key-file "), "{err}");
+        assert!(err.contains(why), "{name}: {err}");
+    }
+}
+
+#[test]
+fn an_open_gate_ignores_tokens() {
+    assert_eq!(Gate::Open.admit("", "lobby"), Ok(Admission::default()));
+    assert_eq!(Gate::Open.admit("junk", "lobby"), Ok(Admission::default()));
+}
+
+/// A directory removed when the test ends.
+struct TempDir {
+    path: PathBuf,
+}
+
+impl TempDir {
+    fn new() -> Self {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let path = std::env::temp_dir().join(format!(
+            "amble-auth-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&path).expect("temp dir");
+        Self { path }
+    }
+
+    fn file(&self, name: &str, content: &[u8]) -> PathBuf {
+        let path = self.path.join(name);
+        std::fs::write(&path, content).expect("write");
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
