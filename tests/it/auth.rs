@@ -1,1 +1,416 @@
 //! Signed tokens on Join: refusals, room patterns, one avatar per user.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use amble::auth::{Claims, mint_hs256, unix_now};
+use amble::protocol::LeaveReason;
+use amble::protocol::pb::{self, ErrorCode, client_message::Body as C, server_message::Body as S};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::Command;
+
+use crate::support::*;
+
+const SECRET: &[u8] = b"integration-test-secret-of-more-than-32-bytes";
+
+/// A directory of files for one test, removed when it ends.
+struct Files {
+    dir: PathBuf,
+}
+
+impl Files {
+    fn new(test: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("amble-it-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        Self { dir }
+    }
+
+    fn write(&self, name: &str, content: &[u8]) -> PathBuf {
+        let path = self.dir.join(name);
+        std::fs::write(&path, content).expect("write");
+        path
+    }
+}
+
+impl Drop for Files {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn key(name: &str) -> Vec<u8> {
+    std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/keys")
+            .join(name),
+    )
+    .expect("test key")
+}
+
+/// A server that requires HS256 tokens signed with `SECRET`.
+async fn hs256_server(files: &Files) -> TestServer {
+    let path = files.write("secret", SECRET);
+    TestServer::with(config(|c| c.auth_hs256_secret_file = Some(path))).await
+}
+
+fn claims(sub: &str) -> Claims {
+    Claims {
+        sub: sub.into(),
+        exp: unix_now() + 600,
+        name: None,
+        rooms: None,
+    }
+}
+
+fn token(claims: &Claims) -> String {
+    mint_hs256(SECRET, claims).expect("mint")
+}
+
+async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
+    c.send(C::Join(pb::Join {
+        room: room.into(),
+        name: name.into(),
+        token: token.into(),
+    }))
+    .await;
+}
+
+async fn join_with(c: &mut Client, room: &str, name: &str, token: &str) -> pb::Welcome {
+    send_join(c, room, name, token).await;
+    match c.recv().await.body {
+        Some(S::Welcome(w)) => w,
+        other => panic!("expected Welcome, got {other:?}"),
+    }
+}
+
+fn names(w: &pb::Welcome) -> Vec<String> {
+    let snapshot = w.snapshot.as_ref().expect("snapshot");
+    snapshot.members.iter().map(|m| m.name.clone()).collect()
+}
+
+async fn refused(server: &TestServer, reason: &str) -> f64 {
+    server
+        .metric(&format!("amble_auth_refused_total{{reason=\"{reason}\"}}"))
+        .await
+}
+
+#[tokio::test]
+async fn a_valid_token_joins_and_its_name_replaces_the_one_asked_for() {
+    let files = Files::new("accepted");
+    let server = hs256_server(&files).await;
+    let mut c = server.client().await;
+    let mut named = claims("user-1");
+    named.name = Some("Ada (verified)".into());
+    let w = join_with(&mut c, "lobby", "Anyone", &token(&named)).await;
+    assert_eq!(names(&w), ["Ada (verified)"]);
+
+    // Without a name claim, the name asked for stands.
+    let mut d = server.client().await;
+    let w = join_with(&mut d, "lobby", "Bo", &token(&claims("user-2"))).await;
+    assert_eq!(names(&w), ["Ada (verified)", "Bo"]);
+
+    // With one, the Join may leave its own name empty.
+    let mut e = server.client().await;
+    let mut only_token = claims("user-3");
+    only_token.name = Some("Cy".into());
+    let w = join_with(&mut e, "lobby", "", &token(&only_token)).await;
+    assert_eq!(names(&w).last().map(String::as_str), Some("Cy"));
+    assert_eq!(server.metric("amble_auth_admitted_total").await, 3.0);
+}
+
+#[tokio::test]
+async fn every_bad_token_is_unauthenticated_counted_and_the_socket_stays() {
+    let files = Files::new("refusals");
+    let server = hs256_server(&files).await;
+    let mut expired = claims("u");
+    expired.exp = unix_now() - 3_600;
+    let hs384 = jsonwebtoken::encode(
+        &Header::new(Algorithm::HS384),
+        &claims("u"),
+        &EncodingKey::from_secret(SECRET),
+    )
+    .expect("sign");
+    let cases = [
+        ("missing", String::new()),
+        ("malformed", "not.a.jwt".to_owned()),
+        (
+            "bad_signature",
+            mint_hs256(b"some other secret, also 32 bytes long", &claims("u")).expect("mint"),
+        ),
+        ("expired", token(&expired)),
+        ("algorithm", hs384),
+    ];
+    for (reason, bad) in &cases {
+        let mut c = server.client().await;
+        send_join(&mut c, "lobby", "Ada", bad).await;
+        let text = c.expect_error(ErrorCode::Unauthenticated).await;
+        assert!(!text.is_empty(), "{reason}");
+        assert_eq!(refused(&server, reason).await, 1.0, "{reason}: {text}");
+        // Refused, not closed: the same socket joins with a good token.
+        join_with(&mut c, "lobby", "Ada", &token(&claims("u"))).await;
+    }
+    assert_eq!(
+        server
+            .metric("amble_rejected_total{reason=\"unauthenticated\"}")
+            .await,
+        cases.len() as f64
+    );
+}
+
+#[tokio::test]
+async fn rooms_limit_where_a_token_may_join_with_wildcards() {
+    let files = Files::new("rooms");
+    let server = hs256_server(&files).await;
+    let mut limited = claims("u");
+    limited.rooms = Some(vec!["team-*".into(), "lobby".into()]);
+    let limited = token(&limited);
+    for room in ["team-blue", "team-", "lobby"] {
+        let mut c = server.client().await;
+        join_with(&mut c, room, "Ada", &limited).await;
+    }
+    for room in ["lobby2", "team", "other"] {
+        let mut c = server.client().await;
+        send_join(&mut c, room, "Ada", &limited).await;
+        let text = c.expect_error(ErrorCode::Forbidden).await;
+        assert!(text.contains(room), "{text}");
+    }
+    assert_eq!(refused(&server, "forbidden").await, 3.0);
+    assert_eq!(
+        server
+            .metric("amble_rejected_total{reason=\"forbidden\"}")
+            .await,
+        3.0
+    );
+}
+
+#[tokio::test]
+async fn a_tokens_name_still_keeps_the_name_rule() {
+    let files = Files::new("name-rule");
+    let server = hs256_server(&files).await;
+    for bad in ["   ", "a\u{7}b", &"n".repeat(33)] {
+        let mut c = server.client().await;
+        let mut named = claims("u");
+        named.name = Some(bad.into());
+        send_join(&mut c, "lobby", "Fine", &token(&named)).await;
+        let text = c.expect_error(ErrorCode::InvalidName).await;
+        assert!(text.contains("token"), "{text}");
+    }
+    // No name anywhere.
+    let mut c = server.client().await;
+    send_join(&mut c, "lobby", "", &token(&claims("u"))).await;
+    c.expect_error(ErrorCode::InvalidName).await;
+}
+
+#[tokio::test]
+async fn the_same_user_joining_again_replaces_the_older_connection() {
+    let files = Files::new("replace");
+    let server = hs256_server(&files).await;
+    let mut bystander = server.client().await;
+    join_with(&mut bystander, "lobby", "Bystander", &token(&claims("b"))).await;
+    let mut old = server.client().await;
+    let first = join_with(&mut old, "lobby", "Ada", &token(&claims("ada"))).await;
+    bystander
+        .until(|m| matches!(&m.body, Some(S::Joined(_))).then_some(()))
+        .await;
+
+    let mut new = server.client().await;
+    let second = join_with(&mut new, "lobby", "Ada again", &token(&claims("ada"))).await;
+    assert_eq!(names(&second), ["Bystander", "Ada again"]);
+
+    // The older connection is told why, then closed with 4000.
+    old.expect_error(ErrorCode::Replaced).await;
+    assert_eq!(old.expect_close().await, 4000);
+
+    // The room sees the old member leave, then the new one join.
+    match bystander.recv().await.body {
+        Some(S::Left(l)) => {
+            assert_eq!(l.member_id, first.member_id);
+            assert_eq!(l.reason, LeaveReason::Replaced as i32);
+        }
+        other => panic!("expected Left, got {other:?}"),
+    }
+    match bystander.recv().await.body {
+        Some(S::Joined(j)) => {
+            let m = j.member.expect("member");
+            assert_eq!((m.id, m.name.as_str()), (second.member_id, "Ada again"));
+        }
+        other => panic!("expected Joined, got {other:?}"),
+    }
+    new.ping().await;
+    assert_eq!(server.metric("amble_auth_replaced_total").await, 1.0);
+    assert_eq!(server.metric("amble_members").await, 2.0);
+
+    // Another room is another avatar: nothing is replaced.
+    let mut elsewhere = server.client().await;
+    join_with(&mut elsewhere, "garden", "Ada", &token(&claims("ada"))).await;
+    new.ping().await;
+    assert_eq!(server.metric("amble_auth_replaced_total").await, 1.0);
+}
+
+#[tokio::test]
+async fn without_a_key_amble_stays_open_and_ignores_tokens() {
+    let server = TestServer::start().await;
+    let (_a, w) = server.joined("lobby", "Ada").await;
+    assert_eq!(names(&w), ["Ada"]);
+    let mut c = server.client().await;
+    let w = join_with(&mut c, "lobby", "Bo", "whatever.this.is").await;
+    assert_eq!(names(&w), ["Ada", "Bo"]);
+    // Two joins as "one user" are two members: there are no users here.
+    assert_eq!(server.metric("amble_members").await, 2.0);
+    assert_eq!(refused(&server, "missing").await, 0.0);
+}
+
+#[tokio::test]
+async fn an_ed25519_public_key_accepts_eddsa_tokens_only() {
+    let files = Files::new("eddsa");
+    let path = files.write("public.pem", &key("ed25519-public.pem"));
+    let server = TestServer::with(config(|c| c.auth_public_key_file = Some(path))).await;
+    let signing = EncodingKey::from_ed_pem(&key("ed25519-private.pem")).expect("key");
+    let eddsa =
+        jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims("u"), &signing).expect("sign");
+    let mut c = server.client().await;
+    join_with(&mut c, "lobby", "Ada", &eddsa).await;
+    // An HS256 token (here keyed with the public key's own bytes) is refused.
+    let confused = mint_hs256(&key("ed25519-public.pem"), &claims("u")).expect("mint");
+    let mut d = server.client().await;
+    send_join(&mut d, "lobby", "Eve", &confused).await;
+    d.expect_error(ErrorCode::Unauthenticated).await;
+    assert_eq!(refused(&server, "algorithm").await, 1.0);
+}
+
+#[tokio::test]
+async fn a_short_secret_stops_the_server_naming_the_flag() {
+    let files = Files::new("short");
+    let path = files.write("secret", b"too short\n");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let config = config(|c| c.auth_hs256_secret_file = Some(path));
+    let err = within("serve to fail", amble::serve(listener, config, async {}))
+        .await
+        .expect_err("refused");
+    let text = err.to_string();
+    assert!(text.starts_with("--auth-hs256-secret-file "), "{text}");
+    assert!(text.contains("at least 32"), "{text}");
+}
+
+// ------------------------------------------------------------ the binary
+
+async fn amble(args: &[&str]) -> std::process::Output {
+    let child = Command::new(env!("CARGO_BIN_EXE_amble"))
+        .args(args)
+        .env_remove("AMBLE_AUTH_HS256_SECRET_FILE")
+        .env_remove("AMBLE_AUTH_PUBLIC_KEY_FILE")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn amble");
+    within("amble to exit", child.wait_with_output())
+        .await
+        .expect("output")
+}
+
+#[tokio::test]
+async fn amble_token_prints_a_token_the_server_accepts() {
+    let files = Files::new("cli");
+    let secret = files.write("secret", SECRET);
+    let secret = secret.to_str().expect("utf-8 path");
+    let out = amble(&[
+        "token",
+        "--sub",
+        "cli-user",
+        "--name",
+        "From the CLI",
+        "--rooms",
+        "team-*,lobby",
+        "--ttl",
+        "1h",
+        "--secret-file",
+        secret,
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).expect("utf-8");
+    let token = printed.trim();
+    assert_eq!(printed, format!("{token}\n"));
+
+    let server = hs256_server(&files).await;
+    let mut c = server.client().await;
+    let w = join_with(&mut c, "team-blue", "ignored", token).await;
+    assert_eq!(names(&w), ["From the CLI"]);
+    let mut d = server.client().await;
+    send_join(&mut d, "garden", "x", token).await;
+    d.expect_error(ErrorCode::Forbidden).await;
+}
+
+#[tokio::test]
+async fn amble_token_refuses_bad_arguments_clearly() {
+    let files = Files::new("cli-bad");
+    let good = files.write("secret", SECRET);
+    let good = good.to_str().expect("utf-8 path");
+    let short = files.write("short", b"short");
+    let short = short.to_str().expect("utf-8 path");
+    for (args, says) in [
+        (vec!["--ttl", "1w", "--secret-file", good], "s, m, h or d"),
+        (vec!["--ttl", "10", "--secret-file", good], "needs a unit"),
+        (vec!["--secret-file", short], "--secret-file"),
+        (vec!["--rooms", "a b", "--secret-file", good], "--rooms"),
+        (vec!["--name", " ", "--secret-file", good], "--name"),
+    ] {
+        let out = amble(&[&["token", "--sub", "u"][..], &args[..]].concat()).await;
+        assert!(!out.status.success(), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
+}
+
+/// Starts the server binary and returns the log lines up to the one that
+/// reports its address.
+async fn start_up_lines(args: &[&str]) -> Vec<String> {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_amble"))
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env_remove("AMBLE_AUTH_HS256_SECRET_FILE")
+        .env_remove("AMBLE_AUTH_PUBLIC_KEY_FILE")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn amble");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let mut seen = Vec::new();
+    within("the start-up lines", async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            seen.push(line);
+            let said = |what: &str| seen.iter().any(|l| l.contains(what));
+            if said("addr=") && (said("open mode") || said("tokens required")) {
+                break;
+            }
+        }
+    })
+    .await;
+    seen
+}
+
+#[tokio::test]
+async fn the_server_says_once_at_start_whether_joins_need_tokens() {
+    let open = start_up_lines(&[]).await;
+    let open_lines: Vec<_> = open.iter().filter(|l| l.contains("open mode")).collect();
+    assert_eq!(open_lines.len(), 1, "{open:?}");
+
+    let files = Files::new("start-up");
+    let secret = files.write("secret", SECRET);
+    let closed =
+        start_up_lines(&["--auth-hs256-secret-file", secret.to_str().expect("utf-8")]).await;
+    assert!(
+        closed.iter().any(|l| l.contains("tokens required")),
+        "{closed:?}"
+    );
+    assert!(
+        !closed.iter().any(|l| l.contains("open mode")),
+        "{closed:?}"
+    );
+}
