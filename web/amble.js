@@ -172,21 +172,40 @@ export function explainError(code, serverMessage = '') {
       return `That message can't be sent${serverMessage ? ` (${serverMessage})` : ''}.`;
     case ErrorCode.TOO_BIG:
       return 'A message was too big for the server.';
+    case ErrorCode.UNAUTHENTICATED:
+      return `The server did not accept your sign-in${serverMessage ? ` (${serverMessage})` : ''}. Sign in again.`;
+    case ErrorCode.FORBIDDEN:
+      return "You don't have access to this room.";
+    case ErrorCode.REPLACED:
+      return 'You joined this room from another tab or device, so this one was disconnected.';
     default:
       return serverMessage || `Server error ${code}.`;
   }
 }
 
 /** Error codes that refuse a Join; the socket stays open. */
-const REFUSALS = new Set([ErrorCode.ROOM_FULL, ErrorCode.INVALID_NAME, ErrorCode.INVALID_ROOM]);
+const REFUSALS = new Set([
+  ErrorCode.ROOM_FULL,
+  ErrorCode.INVALID_NAME,
+  ErrorCode.INVALID_ROOM,
+  ErrorCode.UNAUTHENTICATED,
+  ErrorCode.FORBIDDEN,
+]);
 
-/** Close codes after which retrying would only repeat the offence. */
-const NO_RETRY_CLOSE_CODES = new Set([1003, 1007, 1008, 1009]);
+/** Close code of a connection replaced by a newer one of the same user. */
+const CLOSE_REPLACED = 4000;
+
+/** Close codes after which retrying would only repeat the offence (or, for
+ * 4000, take the room back from your own newer tab). */
+const NO_RETRY_CLOSE_CODES = new Set([1003, 1007, 1008, 1009, CLOSE_REPLACED]);
 const NO_RETRY_ERRORS = new Set([
   ErrorCode.FLOOD,
   ErrorCode.MALFORMED,
   ErrorCode.TOO_BIG,
   ErrorCode.TEXT_FRAME,
+  ErrorCode.UNAUTHENTICATED,
+  ErrorCode.FORBIDDEN,
+  ErrorCode.REPLACED,
 ]);
 
 function defaultReportError(err) {
@@ -233,6 +252,18 @@ export class AmbleClient {
     this.reconnect =
       options.reconnect === false ? null : { ...DEFAULT_RECONNECT, ...(options.reconnect ?? {}) };
     this.pingIntervalMs = options.pingIntervalMs ?? 2000;
+    /**
+     * A signed token for Join (`token`), or an async function that returns
+     * one (`getToken({ room, name })`), called before every Join, so again on
+     * each reconnect: tokens expire. Only needed when the server requires
+     * tokens; see docs/client.md, "Tokens".
+     */
+    this.token = options.token ?? null;
+    this.getToken = options.getToken ?? null;
+    if (this.token !== null && typeof this.token !== 'string') throw new TypeError('options.token must be a string');
+    if (this.getToken !== null && typeof this.getToken !== 'function') {
+      throw new TypeError('options.getToken must be a function');
+    }
     /** Walk speed (cm/s) for walkTo when none is given; capped at limits.maxSpeed. */
     this.walkSpeed = options.walkSpeed ?? 300;
     this.renderDelayOption = options.renderDelayMs ?? null;
@@ -354,10 +385,13 @@ export class AmbleClient {
   /**
    * Joins `room` as `name` (connecting first if need be). Leaves the current
    * room first. Throws a RangeError for a name or room the server would
-   * refuse. The answer comes as a `welcome` or an `error` event.
+   * refuse. With a `token` or `getToken`, `name` may be left out when the
+   * token's `name` claim supplies it. The answer comes as a `welcome` or an
+   * `error` event.
    */
-  join(room, name) {
-    const problem = roomProblem(room) ?? nameProblem(name, this.limits.maxNameChars);
+  join(room, name = '') {
+    const tokenNames = name === '' && (this.token !== null || this.getToken !== null);
+    const problem = roomProblem(room) ?? (tokenNames ? null : nameProblem(name, this.limits.maxNameChars));
     if (problem) throw new RangeError(problem);
     if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
     this.clearRoom(); // a new join is a new arrival, not a rejoin
@@ -493,7 +527,50 @@ export class AmbleClient {
 
   sendJoin() {
     this.setState(State.JOINING);
-    this.send({ join: { room: this.wanted.room, name: this.wanted.name } });
+    const { room, name } = this.wanted;
+    if (this.getToken === null) {
+      this.send({ join: { room, name, token: this.token ?? '' } });
+      return;
+    }
+    // A fresh token for every Join. Its answer is used only if the socket
+    // and the room wanted are still the ones it was asked for.
+    const ws = this.ws;
+    const wanted = this.wanted;
+    const current = () => ws === this.ws && wanted === this.wanted;
+    let asked;
+    try {
+      asked = Promise.resolve(this.getToken({ room, name }));
+    } catch (err) {
+      asked = Promise.reject(err);
+    }
+    asked.then(
+      (token) => {
+        if (!current()) return;
+        if (typeof token !== 'string' || token === '') {
+          this.tokenFailed(new TypeError('getToken must resolve to a token string'));
+          return;
+        }
+        this.send({ join: { room, name, token } });
+      },
+      (err) => {
+        if (current()) this.tokenFailed(err);
+      },
+    );
+  }
+
+  /** getToken failed: the join is given up (no retry loop), the socket stays. */
+  tokenFailed(err) {
+    const info = {
+      code: null,
+      message: err?.message ?? String(err),
+      text: 'Could not get a sign-in token for this room.',
+      refused: true,
+    };
+    this.lastError = info;
+    this.wanted = null;
+    this.clearRoom();
+    this.setState(State.OPEN);
+    this.emit('error', info);
   }
 
   sendLeave() {
@@ -850,6 +927,8 @@ function closeText(code, error, retryInMs) {
       ? 'The server went away.'
       : code === 1013
         ? 'The server is busy.'
+        : code === CLOSE_REPLACED
+          ? explainError(ErrorCode.REPLACED)
         : code === 1000
           ? 'The server closed the connection.'
           : 'The connection was lost.';

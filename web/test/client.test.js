@@ -550,3 +550,128 @@ test('an exception in an event handler does not break the client', () => {
   assert.equal(later, true, 'handlers after the failing one still ran');
   assert.deepEqual(reported, ['page bug'], 'and the error was reported');
 });
+
+// ------------------------------------------------------------------ tokens
+
+/** Lets resolved promises (an async getToken) run their callbacks. */
+const settle = () => new Promise((resolve) => setImmediate(resolve));
+
+test('token: a fixed token goes in every Join, the first and after a reconnect', () => {
+  const { client, last, time } = setup({ token: 'header.claims.sig' });
+  client.join('lobby', 'Me');
+  last().open();
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig' }]);
+  last().drop(1006);
+  time.advance(time.pending()[0]);
+  last().open();
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig' }]);
+});
+
+test('getToken: asked before every Join, again on each reconnect; a late answer for a dead socket is dropped', async () => {
+  const asked = [];
+  let n = 0;
+  const { client, last, time, sockets } = setup({
+    getToken: async (wanted) => {
+      asked.push(wanted);
+      n += 1;
+      return `token-${n}`;
+    },
+  });
+  client.join('lobby', 'Me');
+  last().open();
+  assert.equal(client.state, State.JOINING);
+  assert.deepEqual(last().sentOf('join'), [], 'nothing sent before the token comes');
+  await settle();
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-1' }]);
+  last().receive(welcome(1, [wire(1, 'Me', 2500, 2500)]));
+  assert.equal(client.state, State.JOINED);
+
+  // The connection drops; the reconnect asks for a fresh token.
+  last().drop(1006);
+  time.advance(time.pending()[0]);
+  last().open();
+  await settle();
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-2' }]);
+  assert.deepEqual(asked, [
+    { room: 'lobby', name: 'Me' },
+    { room: 'lobby', name: 'Me' },
+  ]);
+
+  // A socket that drops while its token is on the way never sends it.
+  last().drop(1006);
+  time.advance(time.pending()[0]);
+  const dying = last();
+  dying.open();
+  dying.drop(1006);
+  await settle();
+  assert.deepEqual(dying.sentOf('join'), []);
+  time.advance(time.pending()[0]);
+  assert.equal(sockets.length, 4);
+});
+
+test('getToken failing gives the join up with a clear error, without a retry loop', async () => {
+  const { client, last, of, time, sockets } = setup({
+    getToken: async () => {
+      throw new Error('backend says 401');
+    },
+  });
+  client.join('lobby', 'Me');
+  last().open();
+  await settle();
+  const [[, err]] = of('error');
+  assert.equal(err.refused, true);
+  assert.equal(err.code, null);
+  assert.match(err.message, /401/);
+  assert.match(err.text, /sign-in token/);
+  assert.equal(client.state, State.OPEN);
+  assert.deepEqual(last().sentOf('join'), []);
+  time.advance(60_000);
+  assert.equal(sockets.length, 1);
+});
+
+test('UNAUTHENTICATED and FORBIDDEN are refusals the app sees, never retried', () => {
+  for (const [code, pattern] of [
+    [ErrorCode.UNAUTHENTICATED, /sign-in \(the token has expired\)/],
+    [ErrorCode.FORBIDDEN, /access to this room/],
+  ]) {
+    const { client, last, of, time, sockets } = setup({ token: 'old' });
+    client.join('lobby', 'Me');
+    last().open();
+    last().receive({ error: { code, message: 'the token has expired' } });
+    const [[, err]] = of('error');
+    assert.equal(err.code, code);
+    assert.equal(err.refused, true);
+    assert.match(err.text, pattern);
+    assert.equal(client.state, State.OPEN);
+    time.advance(60_000);
+    assert.equal(sockets.length, 1, 'no reconnect');
+    assert.equal(last().sentOf('join').length, 1, 'no second Join');
+    // Were the server to close after it, the client still would not retry.
+    last().drop(1008);
+    assert.equal(of('closed')[0][1].willReconnect, false);
+  }
+});
+
+test('replaced by your own newer connection (REPLACED, close 4000): closed, not retried', () => {
+  const { client, last, of, time, sockets } = joined({ token: 't' });
+  last().receive({ error: { code: ErrorCode.REPLACED, message: 'joined again elsewhere' } });
+  last().drop(4000, 'replaced by a newer connection');
+  const [[, closed]] = of('closed');
+  assert.equal(closed.willReconnect, false);
+  assert.match(closed.text, /another tab or device/);
+  assert.equal(client.state, State.CLOSED);
+  time.advance(120_000);
+  assert.equal(sockets.length, 1);
+  assert.equal(LeaveReason.REPLACED, 6);
+});
+
+test('with a token the name may be left to its name claim', () => {
+  const { client, last } = setup({ token: 't' });
+  client.join('lobby');
+  last().open();
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: '', token: 't' }]);
+  const { client: open } = setup();
+  assert.throws(() => open.join('lobby'), RangeError);
+  assert.throws(() => setup({ token: 42 }), TypeError);
+  assert.throws(() => setup({ getToken: 'nope' }), TypeError);
+});
