@@ -18,7 +18,6 @@ use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
 use tokio_tungstenite::WebSocketStream;
-use tokio_util::sync::CancellationToken;
 use tracing::{debug, trace};
 use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
@@ -31,7 +30,7 @@ use crate::protocol::{
     Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
     encode_server, pb, validate_name,
 };
-use crate::room::{JoinError, Membership, User};
+use crate::room::{JoinError, Membership};
 use crate::throttle::{Admit, Budget, Gcra, Verdict};
 
 /// WebSocket close codes (RFC 6455 section 7.4.1).
@@ -99,6 +98,9 @@ impl End {
     }
 }
 
+/// An input refused with this code and message.
+type Refused = (ErrorCode, String);
+
 /// A move held back by the throttle until `at`.
 struct Deferred {
     motion: Motion,
@@ -118,9 +120,6 @@ struct Connection {
     strikes: Gcra,
     deferred: Option<Deferred>,
     last_inbound: Instant,
-    /// Cancelled by the room when a newer connection of this connection's
-    /// user (token `sub`) joins the room it is in.
-    replaced: CancellationToken,
 }
 
 /// Serves one upgraded socket until it ends. `permit` is the connection's
@@ -150,7 +149,6 @@ pub async fn run(
         membership: None,
         deferred: None,
         last_inbound: Instant::now(),
-        replaced: CancellationToken::new(),
         shared: Arc::clone(&shared),
     };
     shared.metrics.connections.inc();
@@ -235,9 +233,6 @@ impl Connection {
         let shutdown = self.shared.shutdown.clone();
         let cancelled = shutdown.cancelled();
         tokio::pin!(cancelled);
-        let replaced_token = self.replaced.clone();
-        let replaced = replaced_token.cancelled();
-        tokio::pin!(replaced);
         let mut armed: Option<Instant> = None;
         let deferral = sleep_until(Instant::now());
         tokio::pin!(deferral);
@@ -261,7 +256,6 @@ impl Connection {
             let step = tokio::select! {
                 biased;
                 () = &mut cancelled => Err(End::Shutdown),
-                () = &mut replaced => Err(End::Replaced),
                 () = &mut stall, if stall_armed => Err(End::Stalled),
                 event = outbox.event() => match event {
                     Event::Backlog(since) => {
@@ -279,6 +273,7 @@ impl Connection {
                     }
                     Event::Overflowed => Err(End::Stalled),
                     Event::Failed => Err(End::Gone),
+                    Event::Replaced => Err(End::Replaced),
                 },
                 () = &mut deferral, if armed.is_some() => {
                     armed = None;
@@ -517,7 +512,7 @@ impl Connection {
         room: &str,
         asked: String,
         token: &str,
-    ) -> Result<(String, Option<User>), (ErrorCode, String)> {
+    ) -> Result<(String, Option<Arc<str>>), Refused> {
         let metrics = &self.shared.metrics;
         let admission = self.shared.gate.admit(token, room).map_err(|refusal| {
             metrics.auth_refuse(refusal.reason());
@@ -538,11 +533,7 @@ impl Connection {
             }
             None => asked,
         };
-        let user = admission.user.map(|id| User {
-            id,
-            replaced: self.replaced.clone(),
-        });
-        Ok((name, user))
+        Ok((name, admission.user))
     }
 
     /// Room frames were dropped while the socket was full: send the room

@@ -26,4 +26,9 @@ pub trait Sink: Send + Sync + 'static {
     /// A snapshot (`Welcome`, `Resync`): never dropped, and it makes up for
     /// every room frame dropped before it.
     fn send_snapshot(&self, frame: Frame);
+
+    /// The member left its room because the same user joined it from a
+    /// newer connection: the room sends it nothing more, and its connection
+    /// should end (`REPLACED`). Never blocks.
+    fn replaced(&self) {}
 }

@@ -63,6 +63,8 @@ struct State<S> {
     overflowed: bool,
     /// A Close frame has been written: no room frame may follow it.
     sealed: bool,
+    /// The room replaced this member with a newer connection of its user.
+    replaced: bool,
     /// When the current backlog began (`None` while the queue is empty),
     /// and the start of the backlog the connection task was last told of.
     backlog: Option<Instant>,
@@ -86,6 +88,8 @@ pub enum Event {
     Overflowed,
     /// A write failed: the peer is gone.
     Failed,
+    /// A newer connection of the same user took this member's place.
+    Replaced,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
@@ -101,6 +105,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
                 snapshot_end: 0,
                 lagged: false,
                 failed: false,
+                replaced: false,
                 overflowed: false,
                 sealed: false,
                 backlog: None,
@@ -202,6 +207,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
         if st.overflowed {
             return Poll::Ready(Event::Overflowed);
         }
+        if st.replaced {
+            return Poll::Ready(Event::Replaced);
+        }
         match st.drain(cx) {
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(_)) => {
@@ -246,6 +254,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Sink for Outbox<S> {
 
     fn send_snapshot(&self, frame: Frame) {
         self.push(&frame, true);
+    }
+
+    fn replaced(&self) {
+        let mut st = self.lock();
+        st.replaced = true;
+        st.wake();
     }
 }
 

@@ -11,7 +11,8 @@
 //!
 //! A member may belong to an app's user (a token's `sub`): a room holds at
 //! most one member per user, and a second join of the same user replaces
-//! the first, whose connection is told through its [`User::replaced`].
+//! the first, whose connection is told through its sink
+//! ([`Sink::replaced`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,15 +57,6 @@ pub enum JoinError {
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
-}
-
-/// The app's user behind a member (a token's `sub`), and how to end its
-/// connection when the same user joins the room again.
-#[derive(Clone, Debug)]
-pub struct User {
-    pub id: Arc<str>,
-    /// Cancelled when a newer join of this user replaces the member.
-    pub replaced: CancellationToken,
 }
 
 /// Every room of this server.
@@ -125,7 +117,8 @@ struct State {
 struct Member {
     /// Unique for the server's lifetime; see [`Rooms::seats`].
     seat: u64,
-    user: Option<User>,
+    /// The app's user (a token's `sub`), if the server knows users.
+    user: Option<Arc<str>>,
     name: String,
     motion: Motion,
     moved_at_ms: u64,
@@ -247,15 +240,16 @@ impl Rooms {
         self.join_as(room, name, None, sink).await
     }
 
-    /// As [`join`](Self::join), for a member that belongs to `user`. If the
-    /// user is in the room already, that member leaves first (the others
-    /// get `Left` with reason REPLACED, then `Joined`), and its `replaced`
-    /// token is cancelled so its connection closes.
+    /// As [`join`](Self::join), for a member that belongs to app user
+    /// `user` (a token's `sub`). If the user is in the room already, that
+    /// member leaves first (the others get `Left` with reason REPLACED,
+    /// then `Joined`), and its sink is told it was
+    /// [`replaced`](Sink::replaced), so its connection closes.
     pub async fn join_as(
         self: &Arc<Self>,
         room: &str,
         name: String,
-        user: Option<User>,
+        user: Option<Arc<str>>,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
         fan_out(|| self.join_now(room, name, user, sink)).await
@@ -265,7 +259,7 @@ impl Rooms {
         self: &Arc<Self>,
         room: &str,
         name: String,
-        user: Option<User>,
+        user: Option<Arc<str>>,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
         loop {
@@ -298,7 +292,7 @@ impl Rooms {
                 self.forget(&handle);
                 continue;
             }
-            let replacing = user.as_ref().and_then(|u| st.users.get(&u.id).copied());
+            let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
             if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
                 return Err(JoinError::RoomFull {
                     room: room.to_owned(),
@@ -306,11 +300,14 @@ impl Rooms {
                 });
             }
             // The user's older member leaves first (its id may be reused).
-            let replaced = replacing.and_then(|old| st.members.remove(&old).map(|m| (old, m)));
+            let replaced = match replacing {
+                Some(old) if st.members.remove(&old).is_some() => Some(old),
+                _ => None,
+            };
             let now_ms = self.clock.now_ms();
             let id = st.lowest_free_id();
             if let Some(u) = &user {
-                st.users.insert(Arc::clone(&u.id), id);
+                st.users.insert(Arc::clone(u), id);
             }
             let seat = self.seats.fetch_add(1, Ordering::Relaxed);
             let member = Member {
@@ -335,26 +332,28 @@ impl Rooms {
             // sees after its snapshot is the first one after it.
             let mut out = handle.out();
             drop(st);
-            if let Some((old, _)) = &replaced {
-                out.sinks.retain(|(m, _)| m != old);
+            let replaced_sink = replaced.and_then(|old| {
+                let at = out.sinks.iter().position(|(m, _)| *m == old)?;
+                let (_, old_sink) = out.sinks.remove(at);
                 let left = encode_server(Body::Left(pb::Left {
                     member_id: old.0,
                     reason: LeaveReason::Replaced as i32,
                 }));
                 out.publish(&left, &self.metrics);
-            }
+                Some(old_sink)
+            });
             out.publish(&joined, &self.metrics);
             self.metrics.sent_to(1, welcome.len());
             sink.send_snapshot(welcome);
             out.sinks.push((id, sink));
             drop(out);
             self.metrics.members.inc();
-            if let Some((_, old)) = replaced {
+            if replaced.is_some() {
                 self.metrics.members.dec();
                 self.metrics.auth_replaced.inc();
-                if let Some(u) = old.user {
-                    u.replaced.cancel();
-                }
+            }
+            if let Some(old_sink) = replaced_sink {
+                old_sink.replaced();
             }
             return Ok(Membership {
                 rooms: Arc::clone(self),
@@ -374,7 +373,7 @@ impl Rooms {
                 return;
             }
             if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
-                st.users.remove(&user.id);
+                st.users.remove(&user);
             }
             let now_empty = st.members.is_empty();
             if now_empty {

@@ -285,3 +285,19 @@ fn close_frames_are_found_among_whole_frames() {
     // A payload byte that looks like a close opcode is skipped over.
     assert!(!has_close_frame(&[0x82, 0x01, 0x88]));
 }
+
+#[tokio::test]
+async fn a_replaced_member_wakes_its_connection_once_told() {
+    let (outbox, _reader) = pair(64 * 1024, 64 * 1024).await;
+    assert!(is_pending(&outbox));
+    let waiting = {
+        let outbox = Arc::clone(&outbox);
+        tokio::spawn(async move { event(&outbox).await })
+    };
+    Sink::replaced(&*outbox);
+    let woken = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken")
+        .expect("task");
+    assert_eq!(woken, Event::Replaced);
+}

@@ -10,6 +10,8 @@ use tokio::sync::Notify;
 struct Inbox {
     frames: Mutex<VecDeque<Frame>>,
     lagged: AtomicBool,
+    /// Told by the room that a newer connection replaced this member.
+    replaced: AtomicBool,
     capacity: usize,
     arrived: Notify,
 }
@@ -19,6 +21,7 @@ impl Inbox {
         Arc::new(Self {
             frames: Mutex::new(VecDeque::new()),
             lagged: AtomicBool::new(false),
+            replaced: AtomicBool::new(false),
             capacity,
             arrived: Notify::new(),
         })
@@ -53,6 +56,10 @@ impl Sink for Inbox {
     fn send_snapshot(&self, frame: Frame) {
         self.lagged.store(false, Ordering::Relaxed);
         self.push(frame);
+    }
+
+    fn replaced(&self) {
+        self.replaced.store(true, Ordering::Relaxed);
     }
 }
 
@@ -170,41 +177,35 @@ async fn ids_are_reused_and_empty_rooms_disappear() {
     assert_eq!(rooms.metrics.members.get(), 0);
 }
 
-/// Joins `room` as app user `user`, returning the member, its inbox and
-/// the token its replacement cancels.
-async fn join_user(
-    rooms: &Arc<Rooms>,
-    room: &str,
-    user: &str,
-) -> (Membership, Arc<Inbox>, CancellationToken) {
+/// Joins `room` as app user `user` (also its name).
+async fn join_user(rooms: &Arc<Rooms>, room: &str, user: &str) -> (Membership, Arc<Inbox>) {
     let inbox = Inbox::new(16);
     let sink: Arc<dyn Sink> = inbox.clone();
-    let replaced = CancellationToken::new();
-    let u = User {
-        id: Arc::from(user),
-        replaced: replaced.clone(),
-    };
     let m = rooms
-        .join_as(room, user.into(), Some(u), sink)
+        .join_as(room, user.into(), Some(Arc::from(user)), sink)
         .await
         .expect("joins");
-    (m, inbox, replaced)
+    (m, inbox)
+}
+
+fn was_replaced(inbox: &Inbox) -> bool {
+    inbox.replaced.load(Ordering::Relaxed)
 }
 
 #[tokio::test]
 async fn a_users_second_join_replaces_the_first_in_order() {
     let rooms = rooms(2, 0);
-    let (_ada, ada, _) = join_user(&rooms, "r", "ada").await;
-    let (old, old_inbox, old_replaced) = join_user(&rooms, "r", "bo").await;
+    let (_ada, ada) = join_user(&rooms, "r", "ada").await;
+    let (old, old_inbox) = join_user(&rooms, "r", "bo").await;
     assert_eq!(old.id(), MemberId(1));
     next(&ada).await; // Welcome
     next(&ada).await; // Joined bo
     next(&old_inbox).await; // Welcome
 
     // A full room still takes the user back: the old member makes room.
-    let (new, new_inbox, new_replaced) = join_user(&rooms, "r", "bo").await;
-    assert!(old_replaced.is_cancelled());
-    assert!(!new_replaced.is_cancelled());
+    let (new, new_inbox) = join_user(&rooms, "r", "bo").await;
+    assert!(was_replaced(&old_inbox));
+    assert!(!was_replaced(&new_inbox) && !was_replaced(&ada));
     // The freed id is reused at once.
     assert_eq!(new.id(), MemberId(1));
     match next(&ada).await.body {
@@ -242,16 +243,17 @@ async fn a_users_second_join_replaces_the_first_in_order() {
 
     // Leaving frees the user: the next join replaces nobody.
     new.leave(LeaveReason::Left).await;
-    let (_again, _, _) = join_user(&rooms, "r", "bo").await;
+    let (_again, again) = join_user(&rooms, "r", "bo").await;
+    assert!(!was_replaced(&again));
     assert_eq!(rooms.metrics.auth_replaced.get(), 1);
 }
 
 #[tokio::test]
 async fn the_same_user_in_two_rooms_is_two_members() {
     let rooms = rooms(10, 100);
-    let (_a, _, first) = join_user(&rooms, "one", "ada").await;
-    let (_b, _, second) = join_user(&rooms, "two", "ada").await;
-    assert!(!first.is_cancelled() && !second.is_cancelled());
+    let (_a, first) = join_user(&rooms, "one", "ada").await;
+    let (_b, second) = join_user(&rooms, "two", "ada").await;
+    assert!(!was_replaced(&first) && !was_replaced(&second));
     assert_eq!(rooms.metrics.members.get(), 2);
 }
 
