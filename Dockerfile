@@ -1,8 +1,22 @@
 # amble: the server (and the load tester) in a small Debian image.
 #   docker build -t amble .
 #   docker run --rm -p 3000:3000 amble
-FROM rust:1.95-bookworm AS build
+#
+# Dependencies are built in a layer of their own (cargo-chef): editing a source
+# file rebuilds only amble and loadtest, not every crate they use.
+FROM rust:1.95-bookworm AS chef
+RUN cargo install cargo-chef --locked --version 0.1.76
 WORKDIR /src
+
+# The recipe: every Cargo.toml and Cargo.lock, with no source code, so its
+# layer changes only when dependencies do.
+FROM chef AS planner
+COPY . .
+RUN cargo chef prepare --recipe-path recipe.json
+
+FROM chef AS build
+COPY --from=planner /src/recipe.json recipe.json
+RUN cargo chef cook --release --locked --recipe-path recipe.json --bin amble --bin loadtest
 COPY . .
 RUN cargo build --release --locked --bin amble --bin loadtest
 
