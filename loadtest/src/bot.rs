@@ -17,7 +17,7 @@ use prost::Message as _;
 use tokio::time::{sleep_until, timeout};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::ledger::{Board, FrameTally, Ledger, Sent, Trail};
+use crate::ledger::{Board, FrameTally, Ledger, Seen, Sent, Trail};
 use crate::opts::Movement;
 use crate::plan::{Plan, Schedule, unix_ms};
 use crate::stats::{AtomicCounts, ErrorKind, Shard, Stats};
@@ -43,6 +43,9 @@ pub struct Run {
     pub stats: Stats,
     /// One per local room, indexed from `plan.room_range.start`.
     pub boards: Vec<Board>,
+    /// Set when the run ends before its schedule does (interrupted, or
+    /// every bot gone): the bots close now.
+    halt: tokio::sync::watch::Sender<bool>,
 }
 
 impl Run {
@@ -54,8 +57,32 @@ impl Run {
             addr,
             stats: Stats::default(),
             boards,
+            halt: tokio::sync::watch::channel(false).0,
         }
     }
+
+    /// Tells every bot to close now.
+    pub fn halt(&self) {
+        self.halt.send_replace(true);
+    }
+
+    /// Resolves once [`Run::halt`] was called.
+    async fn halted(&self) {
+        let mut rx = self.halt.subscribe();
+        // The sender lives in `self`, which outlives this wait.
+        if rx.wait_for(|h| *h).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+/// How a bot's session ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Ended {
+    /// At the schedule's end, or halted: the bot closes.
+    AsPlanned,
+    /// The server closed the connection, or it failed.
+    Lost,
 }
 
 /// A small, fast, seedable generator (SplitMix64): each bot owns one, so
@@ -217,13 +244,19 @@ impl Mover {
 pub async fn run(run: Arc<Run>, index: u32, room: u32) {
     let schedule = run.schedule;
     let start = schedule.connect_at(index);
-    sleep_until(start.into()).await;
+    tokio::select! {
+        () = sleep_until(start.into()) => {}
+        () = run.halted() => return,
+    }
     if Instant::now() >= schedule.window_end {
         // Too late to take part: the ramp fell behind.
         return;
     }
     let gauges = &run.stats.gauges;
-    let joined = join(&run, index, room).await;
+    let joined = tokio::select! {
+        joined = join(&run, index, room) => joined,
+        () = run.halted() => return,
+    };
     gauges
         .attempted
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -247,10 +280,14 @@ pub async fn run(run: Arc<Run>, index: u32, room: u32) {
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let board = &run.boards[(room - run.plan.room_range.start) as usize];
     let mut session = Session::new(&run, board, index, ws, welcome);
-    session.run().await;
+    let ended = session.run().await;
     gauges
         .connected
         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    if ended == Ended::Lost {
+        run.stats
+            .with(|s| AtomicCounts::bump(&s.counts.disconnected, 1));
+    }
     board.unregister(session.ledger.me(), session.ledger.trail());
     session.close().await;
 }
@@ -267,7 +304,7 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
         .map_err(|(kind, _)| (kind, None))?;
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
         room: plan.room_name(room),
-        name: format!("bot{index}"),
+        name: plan.bot_name(index),
         token: String::new(),
     }));
     count_out(run, join.len());
@@ -297,6 +334,14 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
             }
             _ => {}
         }
+    }
+}
+
+/// A member as this run sees it: one of its bots, or a stranger.
+fn seen(plan: &Plan, id: u32, name: &str) -> Seen {
+    Seen {
+        id: MemberId(id),
+        bot: plan.is_bot_name(name),
     }
 }
 
@@ -408,7 +453,7 @@ impl<'a> Session<'a> {
             .map(|ms| Duration::from_millis(ms.max(u64::from(limits.chat_interval_ms))));
         let trail = Arc::new(Trail::default());
         board.register(me, trail.clone());
-        let ledger = Ledger::new(me, trail, members.iter().map(|m| MemberId(m.id)));
+        let ledger = Ledger::new(me, trail, members.iter().map(|m| seen(plan, m.id, &m.name)));
         Self {
             run,
             board,
@@ -432,7 +477,7 @@ impl<'a> Session<'a> {
         interval + Duration::from_micros(self.rng.below(jitter_us + 1))
     }
 
-    async fn run(&mut self) {
+    async fn run(&mut self) -> Ended {
         let schedule = self.run.schedule;
         let now = Instant::now();
         // A random phase within the first interval.
@@ -446,16 +491,19 @@ impl<'a> Session<'a> {
         let move_timer = sleep_until(next_move.into());
         let chat_timer = sleep_until(next_chat.unwrap_or(schedule.drain_end).into());
         let end = sleep_until(schedule.drain_end.into());
-        tokio::pin!(move_timer, chat_timer, end);
+        let run = self.run;
+        let halted = run.halted();
+        tokio::pin!(move_timer, chat_timer, end, halted);
         loop {
             let sending = next_move < schedule.window_end;
             let chatting = next_chat.is_some_and(|t| t < schedule.window_end);
             let due = tokio::select! {
                 biased;
-                () = &mut end => return,
+                () = &mut end => return Ended::AsPlanned,
+                () = &mut halted => return Ended::AsPlanned,
                 frame = self.ws.next() => {
                     if !self.on_frame(frame) {
-                        return;
+                        return Ended::Lost;
                     }
                     continue;
                 }
@@ -479,7 +527,7 @@ impl<'a> Session<'a> {
                 }
             };
             if !ok {
-                return;
+                return Ended::Lost;
             }
         }
     }
@@ -607,7 +655,7 @@ impl<'a> Session<'a> {
             match self.msg.body.take() {
                 Some(Body::Joined(joined)) => {
                     if let Some(m) = joined.member {
-                        self.ledger.joined(MemberId(m.id));
+                        self.ledger.joined(seen(&self.run.plan, m.id, &m.name));
                     }
                 }
                 Some(Body::Left(left)) => self.ledger.left(MemberId(left.member_id)),
@@ -620,8 +668,9 @@ impl<'a> Session<'a> {
                         .iter()
                         .find(|m| m.id == me)
                         .and_then(motion_of);
+                    let plan = &self.run.plan;
                     self.ledger.resync(
-                        snapshot.members.iter().map(|m| MemberId(m.id)),
+                        snapshot.members.iter().map(|m| seen(plan, m.id, &m.name)),
                         mine,
                         &mut self.tally,
                     );

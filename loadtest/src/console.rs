@@ -1,5 +1,6 @@
-//! What a person watches while a run goes: a progress bar during ramp-up,
-//! then one status line per second, all on stderr (stdout is for reports).
+//! What a person watches while a run goes: a progress bar during ramp-up
+//! (on a terminal), then a status line every `--status-every`, all on
+//! stderr (stdout is for reports). The units are the report's.
 
 use std::io::IsTerminal as _;
 use std::time::{Duration, Instant};
@@ -9,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::bot::Run;
 use crate::plan::Schedule;
+use crate::report::bytes;
 
 /// A moment of a run, cumulative; summed over processes by the parent.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -71,6 +73,7 @@ impl Status {
 /// The stderr display of one run.
 pub struct Console {
     quiet: bool,
+    every: Duration,
     schedule: Option<Schedule>,
     started: Instant,
     bar: Option<ProgressBar>,
@@ -78,8 +81,9 @@ pub struct Console {
 }
 
 impl Console {
-    /// `schedule` is `None` for scenarios without ramp and window (rpc).
-    pub fn new(quiet: bool, schedule: Option<Schedule>, bots: u64) -> Self {
+    /// `schedule` is `None` for scenarios without ramp and window (rpc);
+    /// a status line goes out every `every`.
+    pub fn new(quiet: bool, schedule: Option<Schedule>, bots: u64, every: Duration) -> Self {
         let bar = (!quiet && schedule.is_some() && std::io::stderr().is_terminal()).then(|| {
             let bar = ProgressBar::new(bots);
             let style = ProgressStyle::with_template("connecting {bar:30} {pos}/{len} {msg}")
@@ -89,6 +93,7 @@ impl Console {
         });
         Self {
             quiet,
+            every,
             schedule,
             started: Instant::now(),
             bar,
@@ -106,7 +111,8 @@ impl Console {
         }
     }
 
-    /// Shows `status`; called a few times a second, prints a line a second.
+    /// Shows `status`; called a few times a second, prints a line every
+    /// `every`.
     pub fn show(&mut self, status: &Status) {
         if self.quiet {
             return;
@@ -138,8 +144,14 @@ impl Console {
             }
         }
         let (since, prev) = match self.last {
-            Some((at, _)) if now.duration_since(at) < Duration::from_millis(950) => return,
+            // A little early rather than a tick late.
+            Some((at, _)) if now.duration_since(at) + Duration::from_millis(50) < self.every => {
+                return;
+            }
             Some((at, prev)) => (now.duration_since(at).as_secs_f64(), prev),
+            None if now.duration_since(self.started) + Duration::from_millis(50) < self.every => {
+                return;
+            }
             None => (
                 now.duration_since(self.started).as_secs_f64().max(1e-3),
                 Status::default(),
@@ -158,13 +170,13 @@ impl Console {
             )
         } else {
             format!(
-                "{:>6.1}s {:<6} connected {:>6}  moves/s {:>7.0}  updates/s {:>8.0}  in {:>6.2} MB/s  p99 {}  errors {}",
+                "{:>6.1}s {:<6} connected {:>6}  moves/s {:>7.0}  updates/s {:>8.0}  in {:>9}/s  p99 {}  errors {}",
                 now.duration_since(self.started).as_secs_f64(),
                 self.phase(now),
                 status.connected,
                 rate(status.moves_sent, prev.moves_sent),
                 rate(status.updates, prev.updates),
-                rate(status.bytes_in, prev.bytes_in) / 1e6,
+                bytes(rate(status.bytes_in, prev.bytes_in)),
                 status.p99_ms.map_or("-".into(), |p| format!("{p:.2} ms")),
                 status.errors,
             )

@@ -155,8 +155,11 @@ pub struct FrameTally {
     pub received: u64,
     /// In-window moves delivered again to the same receiver.
     pub duplicates: u64,
-    /// Records matching no remembered move (a stranger, or an unknown motion).
+    /// Records matching no remembered move (a member never seen, or an
+    /// unknown motion).
     pub unmatched: u64,
+    /// Records of members that are not bots of this run (not counted).
+    pub strangers: u64,
     /// Own moves that came back with a motion this bot never sent.
     pub unmatched_echoes: u64,
     /// Move sent → delivered to another member, µs, and whether in window.
@@ -174,6 +177,7 @@ impl FrameTally {
             received,
             duplicates,
             unmatched,
+            strangers,
             unmatched_echoes,
             latencies_us,
             echo_latencies_us,
@@ -185,6 +189,7 @@ impl FrameTally {
             received,
             duplicates,
             unmatched,
+            strangers,
             unmatched_echoes,
         ] {
             *n = 0;
@@ -200,12 +205,41 @@ struct Peer {
     last_seq: Option<u32>,
 }
 
+/// Who holds a member id in a bot's view of its room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Seat {
+    Empty,
+    /// A bot of this run.
+    Bot,
+    /// Anyone else: a person, another run's bot.
+    Stranger,
+}
+
+/// A member of a room as a Welcome, Joined or Resync names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Seen {
+    pub id: MemberId,
+    /// A bot of this run (see `Plan::is_bot_name`).
+    pub bot: bool,
+}
+
+impl Seen {
+    pub fn bot(id: MemberId) -> Self {
+        Self { id, bot: true }
+    }
+
+    pub fn stranger(id: MemberId) -> Self {
+        Self { id, bot: false }
+    }
+}
+
 /// One bot's view of its room, kept in step with the room's messages.
 #[derive(Debug)]
 pub struct Ledger {
     me: MemberId,
     own: Arc<Trail>,
-    present: Vec<bool>,
+    seats: Vec<Seat>,
+    /// Bots of this run in view, this bot included.
     count: u32,
     /// Trails of the members seen so far, found through the board once.
     peers: Vec<Option<Peer>>,
@@ -217,11 +251,11 @@ fn micros(d: Duration) -> u64 {
 
 impl Ledger {
     /// The view in a Welcome: `members` includes `me`.
-    pub fn new(me: MemberId, own: Arc<Trail>, members: impl IntoIterator<Item = MemberId>) -> Self {
+    pub fn new(me: MemberId, own: Arc<Trail>, members: impl IntoIterator<Item = Seen>) -> Self {
         let mut ledger = Self {
             me,
             own,
-            present: Vec::new(),
+            seats: Vec::new(),
             count: 0,
             peers: Vec::new(),
         };
@@ -237,21 +271,23 @@ impl Ledger {
         &self.own
     }
 
-    /// Members in view, this bot included.
+    /// Bots of this run in view, this bot included.
     pub fn members(&self) -> u32 {
         self.count
     }
 
     /// A resync: the room as it is now.
-    pub fn reset(&mut self, members: impl IntoIterator<Item = MemberId>) {
-        self.present.iter_mut().for_each(|p| *p = false);
+    pub fn reset(&mut self, members: impl IntoIterator<Item = Seen>) {
+        self.seats.iter_mut().for_each(|p| *p = Seat::Empty);
         self.count = 0;
         self.peers.clear();
-        for id in members {
-            self.joined(id);
+        for seen in members {
+            if seen.id != self.me {
+                self.joined(seen);
+            }
         }
         // A view always holds its owner, whatever the snapshot said.
-        self.joined(self.me);
+        self.joined(Seen::bot(self.me));
     }
 
     /// A resync after this bot missed frames: the room as it is now, and
@@ -261,7 +297,7 @@ impl Ledger {
     /// left; its echo latency is unknown).
     pub fn resync(
         &mut self,
-        members: impl IntoIterator<Item = MemberId>,
+        members: impl IntoIterator<Item = Seen>,
         mine: Option<Motion>,
         out: &mut FrameTally,
     ) {
@@ -276,18 +312,22 @@ impl Ledger {
         }
     }
 
-    pub fn joined(&mut self, id: MemberId) {
+    pub fn joined(&mut self, seen: Seen) {
+        let id = seen.id;
         if id.0 > MAX_MEMBER_ID {
             return;
         }
         let i = id.0 as usize;
-        if self.present.len() <= i {
-            self.present.resize(i + 1, false);
+        if self.seats.len() <= i {
+            self.seats.resize(i + 1, Seat::Empty);
         }
-        if !self.present[i] {
-            self.present[i] = true;
-            self.count += 1;
+        let seat = if seen.bot { Seat::Bot } else { Seat::Stranger };
+        match (self.seats[i], seat) {
+            (Seat::Bot, Seat::Stranger) => self.count -= 1,
+            (Seat::Empty | Seat::Stranger, Seat::Bot) => self.count += 1,
+            _ => {}
         }
+        self.seats[i] = seat;
         // Whoever had this id before is gone.
         if let Some(peer) = self.peers.get_mut(i) {
             *peer = None;
@@ -299,11 +339,11 @@ impl Ledger {
             return;
         }
         let i = id.0 as usize;
-        if let Some(p) = self.present.get_mut(i) {
-            if *p {
-                *p = false;
+        if let Some(seat) = self.seats.get_mut(i) {
+            if *seat == Seat::Bot {
                 self.count -= 1;
             }
+            *seat = Seat::Empty;
         }
         if let Some(peer) = self.peers.get_mut(i) {
             *peer = None;
@@ -347,11 +387,18 @@ impl Ledger {
         board: &Board,
         out: &mut FrameTally,
     ) {
-        out.updates += 1;
         let i = record.member.0 as usize;
-        if !self.present.get(i).copied().unwrap_or(false) {
-            out.unmatched += 1;
-            return;
+        match self.seats.get(i).copied().unwrap_or(Seat::Empty) {
+            Seat::Bot => out.updates += 1,
+            Seat::Stranger => {
+                out.strangers += 1;
+                return;
+            }
+            Seat::Empty => {
+                out.updates += 1;
+                out.unmatched += 1;
+                return;
+            }
         }
         if self.peers.len() <= i {
             self.peers.resize_with(i + 1, || None);
@@ -433,11 +480,11 @@ mod tests {
                 .unwrap();
             let id = MemberId(id as u32);
             for bot in self.bots.iter_mut().flatten() {
-                bot.joined(id);
+                bot.joined(Seen::bot(id));
             }
             let trail = Arc::new(Trail::default());
             self.board.register(id, trail.clone());
-            let members: Vec<_> = self.live().chain([id]).collect();
+            let members: Vec<_> = self.live().chain([id]).map(Seen::bot).collect();
             if self.bots.len() <= id.0 as usize {
                 self.bots.resize_with(id.0 as usize + 1, || None);
             }
@@ -548,7 +595,11 @@ mod tests {
         let board = Board::default();
         let sender = Arc::new(Trail::default());
         board.register(MemberId(1), sender.clone());
-        let mut receiver = Ledger::new(MemberId(0), Arc::default(), [MemberId(0), MemberId(1)]);
+        let mut receiver = Ledger::new(
+            MemberId(0),
+            Arc::default(),
+            [MemberId(0), MemberId(1)].map(Seen::bot),
+        );
         let now = Instant::now();
         sender.push(Sent {
             motion: at(7),
@@ -602,7 +653,11 @@ mod tests {
     #[test]
     fn a_move_applied_in_a_missed_batch_counts_on_resync() {
         let own = Arc::new(Trail::default());
-        let mut l = Ledger::new(MemberId(0), own.clone(), [MemberId(0), MemberId(1)]);
+        let mut l = Ledger::new(
+            MemberId(0),
+            own.clone(),
+            [MemberId(0), MemberId(1)].map(Seen::bot),
+        );
         own.push(Sent {
             motion: at(3),
             seq: 1,
@@ -611,13 +666,17 @@ mod tests {
         });
         let mut out = FrameTally::default();
         l.resync(
-            [MemberId(0), MemberId(1), MemberId(2)],
+            [MemberId(0), MemberId(1), MemberId(2)].map(Seen::bot),
             Some(at(3)),
             &mut out,
         );
         assert_eq!((out.applied, out.expected), (1, 2));
         // Seen once: neither a later echo nor another resync counts it again.
-        l.resync([MemberId(0), MemberId(1)], Some(at(3)), &mut out);
+        l.resync(
+            [MemberId(0), MemberId(1)].map(Seen::bot),
+            Some(at(3)),
+            &mut out,
+        );
         l.motion(
             &[MotionRecord {
                 member: MemberId(0),
@@ -632,15 +691,74 @@ mod tests {
 
     #[test]
     fn resync_rebuilds_the_view() {
-        let mut l = Ledger::new(MemberId(3), Arc::default(), [MemberId(1), MemberId(3)]);
+        let mut l = Ledger::new(
+            MemberId(3),
+            Arc::default(),
+            [MemberId(1), MemberId(3)].map(Seen::bot),
+        );
         assert_eq!(l.members(), 2);
-        l.joined(MemberId(5));
-        l.joined(MemberId(5));
+        l.joined(Seen::bot(MemberId(5)));
+        l.joined(Seen::bot(MemberId(5)));
         assert_eq!(l.members(), 3);
         l.left(MemberId(1));
         l.left(MemberId(1));
         assert_eq!(l.members(), 2);
-        l.reset([MemberId(0), MemberId(2)]);
+        l.reset([MemberId(0), MemberId(2)].map(Seen::bot));
         assert_eq!(l.members(), 3, "the owner stays in its view");
+        l.joined(Seen::stranger(MemberId(7)));
+        assert_eq!(l.members(), 3, "a stranger is not a bot of the run");
+        l.joined(Seen::stranger(MemberId(2)));
+        assert_eq!(l.members(), 2, "an id taken over by a stranger");
+    }
+
+    #[test]
+    fn strangers_are_neither_expected_nor_unmatched() {
+        let board = Board::default();
+        let own = Arc::new(Trail::default());
+        let peer = Arc::new(Trail::default());
+        board.register(MemberId(0), own.clone());
+        board.register(MemberId(1), peer.clone());
+        // Me (0), a bot of the run (1), and a person (2).
+        let members = [
+            Seen::bot(MemberId(0)),
+            Seen::bot(MemberId(1)),
+            Seen::stranger(MemberId(2)),
+        ];
+        let mut me = Ledger::new(MemberId(0), own.clone(), members);
+        let now = Instant::now();
+        own.push(Sent {
+            motion: at(1),
+            seq: 1,
+            at: now,
+            in_window: true,
+        });
+        peer.push(Sent {
+            motion: at(5),
+            seq: 1,
+            at: now,
+            in_window: true,
+        });
+        let batch = [
+            MotionRecord {
+                member: MemberId(0),
+                motion: at(1),
+            },
+            MotionRecord {
+                member: MemberId(1),
+                motion: at(5),
+            },
+            MotionRecord {
+                member: MemberId(2),
+                motion: at(9),
+            },
+        ];
+        let mut out = FrameTally::default();
+        me.motion(&batch, now, &board, &mut out);
+        assert_eq!(out.expected, 1, "only the other bot is expected to receive");
+        assert_eq!((out.received, out.updates), (1, 1));
+        assert_eq!((out.strangers, out.unmatched), (1, 0));
+        // A person joining later is a stranger too.
+        me.joined(Seen::stranger(MemberId(3)));
+        assert_eq!(me.members(), 2);
     }
 }

@@ -15,6 +15,7 @@
 //! - [`load`]: the engine, and running it alone, as parent or as child.
 //! - [`rpc`], [`sweep`]: the other two scenarios.
 //! - [`scrape`]: the server's `/metrics`; [`usage`]: this process's CPU.
+//! - [`limits`]: open files, raised at start; [`stop`]: Ctrl-C, SIGTERM.
 //! - [`report`], [`console`]: what is printed at the end and meanwhile.
 //!
 //! Measuring must not bend the result: one multi-threaded runtime, one task
@@ -25,6 +26,7 @@
 pub mod bot;
 pub mod console;
 pub mod ledger;
+pub mod limits;
 pub mod load;
 pub mod opts;
 pub mod plan;
@@ -32,6 +34,7 @@ pub mod report;
 pub mod rpc;
 pub mod scrape;
 pub mod stats;
+pub mod stop;
 pub mod sweep;
 pub mod usage;
 pub mod wire;
@@ -44,6 +47,7 @@ use serde::Serialize;
 pub use opts::Opts;
 pub use report::LoadReport;
 pub use rpc::RpcReport;
+pub use stop::Stop;
 pub use sweep::SweepReport;
 
 /// The report of any scenario.
@@ -67,16 +71,38 @@ impl fmt::Display for Report {
 }
 
 impl Report {
+    /// Why the run failed (empty: it did not).
+    pub fn failures(&self) -> &[String] {
+        match self {
+            Report::Load(r) => &r.failures,
+            Report::Rpc(r) => &r.failures,
+            Report::Sweep(r) => &r.failures,
+        }
+    }
+
+    /// Why the run was interrupted, if it was.
+    pub fn interrupted(&self) -> Option<&str> {
+        match self {
+            Report::Load(r) => r.interrupted.as_deref(),
+            Report::Rpc(r) => r.interrupted.as_deref(),
+            Report::Sweep(r) => r.interrupted.as_deref(),
+        }
+    }
+
     /// The thresholds given on the command line that this report misses.
     pub fn missed(&self, opts: &Opts) -> Vec<String> {
         let mut missed = Vec::new();
-        let mut check = |what: &str, delivery: Option<f64>, p99: Option<f64>| {
-            if let (Some(min), Some(rate)) = (opts.min_delivery, delivery) {
-                if rate < min {
-                    missed.push(format!(
-                        "{what}delivery rate {rate:.6} is below --min-delivery {min}"
-                    ));
-                }
+        // `delivery`: `None` when the scenario has none, `Some(None)` when
+        // nothing was expected.
+        let mut check = |what: &str, delivery: Option<Option<f64>>, p99: Option<f64>| {
+            match (opts.min_delivery, delivery) {
+                (Some(min), Some(Some(rate))) if rate < min => missed.push(format!(
+                    "{what}delivery rate {rate:.6} is below --min-delivery {min}"
+                )),
+                (Some(min), Some(None)) => missed.push(format!(
+                    "{what}no update was expected, so --min-delivery {min} cannot be met"
+                )),
+                _ => {}
             }
             if let (Some(max), Some(p99)) = (opts.max_p99_ms, p99) {
                 if p99 > max {
@@ -92,11 +118,9 @@ impl Report {
             Report::Sweep(r) => {
                 for row in &r.rows {
                     let p99 = (row.updates_received > 0).then_some(row.latency_ms.p99);
-                    check(
-                        &format!("room size {}: ", row.room_size),
-                        Some(row.delivery_rate),
-                        p99,
-                    );
+                    // A lone bot (size 0) expects nothing: no delivery rate.
+                    let delivery = (row.room_size > 0).then_some(row.delivery_rate);
+                    check(&format!("room size {}: ", row.room_size), delivery, p99);
                 }
             }
         }
@@ -104,40 +128,58 @@ impl Report {
     }
 }
 
-/// Runs the scenario `opts` asks for. Child mode (`--child`) is
-/// [`run_child`]; `--processes` above 1 re-executes `child_exe` (this
-/// binary when `None`).
+/// Runs the scenario `opts` asks for until its end or `stop`. Child mode
+/// (`--child`) is [`run_child`]; `--processes` above 1 re-executes
+/// `child_exe` (this binary when `None`). Raises this process's soft limit
+/// on open files to the hard limit first.
 pub async fn run_with(
     opts: &Opts,
     child_exe: Option<std::path::PathBuf>,
+    stop: Stop,
 ) -> anyhow::Result<Report> {
-    let plan = opts.plan()?;
+    let files = limits::raise();
+    let plan = opts.plan_with(files)?;
+    let ctl = load::Control {
+        quiet: opts.quiet,
+        status_every: opts.status_every,
+        stop,
+        check_fresh: true,
+    };
     match opts.scenario {
         opts::Scenario::Load if plan.processes > 1 => {
             let exe = match child_exe {
                 Some(exe) => exe,
                 None => std::env::current_exe().context("locating this binary to re-execute")?,
             };
-            Ok(Report::Load(load::parent(plan, exe, opts.quiet).await?))
+            if opts.processes.is_none() {
+                if let Some(files) = files {
+                    eprintln!(
+                        "note: {} bots run in {} processes: one may open {} files (`ulimit -n`)",
+                        plan.bots, plan.processes, files.soft
+                    );
+                }
+            }
+            Ok(Report::Load(load::parent(plan, exe, &ctl).await?))
         }
-        opts::Scenario::Load => Ok(Report::Load(load::alone(plan, opts.quiet).await?)),
+        opts::Scenario::Load => Ok(Report::Load(load::alone(plan, &ctl).await?)),
         opts::Scenario::Rpc => Ok(Report::Rpc(
-            rpc::run(&plan, opts.clients, opts.round_trips, opts.quiet).await?,
+            rpc::run(&plan, opts.clients, opts.round_trips, &ctl).await?,
         )),
         opts::Scenario::Sweep => Ok(Report::Sweep(
-            sweep::run(&plan, &opts.sweep_sizes, opts.sweep_duration, opts.quiet).await?,
+            sweep::run(&plan, &opts.sweep_sizes, opts.sweep_duration, &ctl).await?,
         )),
     }
 }
 
 /// Runs the scenario `opts` asks for, in this process (children of
-/// `--processes` are this binary).
+/// `--processes` are this binary), to its end.
 pub async fn run(opts: Opts) -> anyhow::Result<Report> {
-    run_with(&opts, None).await
+    run_with(&opts, None, Stop::new()).await
 }
 
-/// Child mode: `plan_json` is the plan the parent resolved.
-pub async fn run_child(plan_json: &str) -> anyhow::Result<()> {
+/// Child mode: `plan_json` is the plan the parent resolved; `stop` fires
+/// when the parent closes this process's stdin (or on a signal).
+pub async fn run_child(plan_json: &str, stop: &Stop) -> anyhow::Result<()> {
     let plan: plan::Plan = serde_json::from_str(plan_json).context("reading the parent's plan")?;
-    load::child(plan).await
+    load::child(plan, stop).await
 }

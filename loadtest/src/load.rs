@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
@@ -20,13 +21,19 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::task::JoinSet;
 use tokio::time::{sleep_until, timeout};
 
+use amble::protocol::{self, pb};
+use futures_util::{SinkExt as _, StreamExt as _};
+use prost::Message as _;
+use tokio_tungstenite::tungstenite::Message;
+
 use crate::bot::{self, Run};
 use crate::console::{Console, Status};
-use crate::plan::{Plan, Schedule, Target, unix_ms};
+use crate::plan::{Plan, RoomNames, Target, unix_ms};
 use crate::report::LoadReport;
-use crate::scrape::{self, Sample, ServerUsage};
+use crate::scrape::{self, Sample, ServerUsage, Watch};
 use crate::stats::{HistogramBuckets, Tally};
-use crate::usage;
+use crate::stop::Stop;
+use crate::{usage, wire};
 
 /// How often the engine reports its status.
 const STATUS_EVERY: Duration = Duration::from_millis(250);
@@ -56,9 +63,18 @@ impl std::fmt::Display for Unreachable {
 
 impl std::error::Error for Unreachable {}
 
+/// What a run learns about the server before any bot connects.
+#[derive(Debug, Default)]
+pub struct Probe {
+    /// Its metrics (`None` if /metrics cannot be read: the run goes on).
+    pub before: Option<Sample>,
+    /// What the report must say about the figures to come.
+    pub warnings: Vec<String>,
+}
+
 /// Checks the server answers, and reads its metrics before any bot
-/// connects (`None` if /metrics cannot be read: the run goes on).
-pub async fn probe(target: &Target, console: &Console) -> anyhow::Result<Option<Sample>> {
+/// connects; with `check_fresh`, warns when the server was busy or reused.
+pub async fn probe(target: &Target, check_fresh: bool) -> anyhow::Result<Probe> {
     let addr = target.resolve().await?;
     let unreachable = |cause: String| Unreachable {
         url: target.url.clone(),
@@ -69,20 +85,122 @@ pub async fn probe(target: &Target, console: &Console) -> anyhow::Result<Option<
         Ok(Err(e)) => return Err(unreachable(e.to_string()).into()),
         Ok(Ok(_)) => {}
     }
+    let mut probe = Probe::default();
     match scrape::scrape(target).await {
-        Ok(sample) => Ok(Some(sample)),
+        Ok(sample) => {
+            if check_fresh {
+                probe.warnings = scrape::freshness(&sample);
+            }
+            probe.before = Some(sample);
+        }
         Err(e) => {
-            console.note(&format!(
-                "warning: server metrics not available ({e:#}); no server figures"
-            ));
-            Ok(None)
+            let what = format!("server metrics not available ({e:#}); no server figures");
+            probe.warnings.push(what);
+        }
+    }
+    for w in &probe.warnings {
+        eprintln!("warning: {w}");
+    }
+    Ok(probe)
+}
+
+/// The server's limits as its Welcome gives them: a probe joins a room of
+/// its own (unique to the run, empty, gone when the probe leaves) and
+/// closes.
+pub async fn server_limits(plan: &Plan, addr: SocketAddr) -> anyhow::Result<pb::Limits> {
+    let mut ws = wire::connect(&plan.target, addr, None)
+        .await
+        .map_err(|(_, e)| e)?;
+    let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
+        room: format!("lt-{}-probe", plan.run_tag),
+        name: format!("probe-{}", plan.run_tag),
+        token: String::new(),
+    }));
+    let limits = timeout(Duration::from_secs(5), async {
+        ws.send(Message::Binary(join.into())).await?;
+        while let Some(frame) = ws.next().await {
+            let Message::Binary(bytes) = frame? else {
+                continue;
+            };
+            match pb::ServerMessage::decode(&bytes[..])?.body {
+                Some(pb::server_message::Body::Welcome(w)) => {
+                    return Ok(w.limits.unwrap_or_default());
+                }
+                Some(pb::server_message::Body::Error(e)) => {
+                    bail!("the server refused a Join: {}", e.message)
+                }
+                _ => {}
+            }
+        }
+        bail!("the server closed the connection before its Welcome")
+    })
+    .await
+    .context("no Welcome within 5 s")?;
+    // Leave, and wait for the server's close so the probe is gone before
+    // the window's figures are read.
+    let _ = timeout(Duration::from_secs(2), async {
+        let _ = ws.close(None).await;
+        while let Some(Ok(_)) = ws.next().await {}
+    })
+    .await;
+    limits
+}
+
+/// Refuses a plan whose rooms hold more bots than the server's rooms hold
+/// members, before any bot connects.
+pub fn check_capacity(plan: &Plan, capacity: u32) -> anyhow::Result<()> {
+    if capacity == 0 || plan.room_size <= capacity {
+        return Ok(());
+    }
+    let rooms = plan.bots.div_ceil(capacity);
+    let (what, prefix) = match &plan.room_names {
+        RoomNames::One(name) => (
+            format!("--room {name} puts all {} bots in one room", plan.bots),
+            name.as_str(),
+        ),
+        RoomNames::Prefix(prefix) => (format!("rooms of {} bots", plan.room_size), prefix.as_str()),
+        RoomNames::Run => (format!("rooms of {} bots", plan.room_size), "NAME"),
+    };
+    bail!(
+        "{what}, but the server's rooms hold at most {capacity} members (room_capacity in its \
+         Welcome). Use --rooms {rooms} --room-prefix {prefix} (or --room-size {capacity}), fewer \
+         bots, or start the server with --room-capacity {}.",
+        plan.room_size
+    )
+}
+
+/// How a run is driven: what it shows and what stops it.
+#[derive(Clone, Debug)]
+pub struct Control {
+    pub quiet: bool,
+    pub status_every: Duration,
+    pub stop: Stop,
+    /// Warn when the server was busy or reused before the run (the sweep
+    /// checks before its first room size only).
+    pub check_fresh: bool,
+}
+
+impl Default for Control {
+    fn default() -> Self {
+        Self {
+            quiet: true,
+            status_every: Duration::from_secs(1),
+            stop: Stop::new(),
+            check_fresh: true,
         }
     }
 }
 
 /// Runs this process's bots to the schedule; calls `on_status` a few times
-/// a second; returns the tally read when the drain ends.
-pub async fn engine(run: Arc<Run>, mut on_status: impl FnMut(&Status)) -> Tally {
+/// a second; returns the tally read when the drain ends, or earlier when
+/// `stop` fires or every bot is gone (then `on_early_end` is called first,
+/// and the bots are told to close).
+pub async fn engine(
+    run: Arc<Run>,
+    stop: &Stop,
+    mut on_status: impl FnMut(&Status),
+    on_early_end: impl FnOnce(),
+) -> Tally {
     let schedule = run.schedule;
     let mut bots = JoinSet::new();
     for room in run.plan.room_range.clone() {
@@ -94,6 +212,9 @@ pub async fn engine(run: Arc<Run>, mut on_status: impl FnMut(&Status)) -> Tally 
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     let (mut cpu_start, mut cpu_end, mut rss) = (None, None, 0);
     let (mut connected_at_start, mut connected) = (0, 0);
+    let mut connected_min: Option<u64> = None;
+    let mut measured_ms = 0;
+    let (mut interrupted, mut all_gone_ms) = (None, None);
     let connected_now = || {
         run.stats
             .gauges
@@ -101,21 +222,53 @@ pub async fn engine(run: Arc<Run>, mut on_status: impl FnMut(&Status)) -> Tally 
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let drain = sleep_until(schedule.drain_end.into());
-    tokio::pin!(drain);
+    let stopped = stop.stopped();
+    tokio::pin!(drain, stopped);
     loop {
         tokio::select! {
             biased;
             () = &mut drain => break,
+            why = &mut stopped => {
+                interrupted = Some(why.to_string());
+                break;
+            }
+            _ = bots.join_next(), if !bots.is_empty() => {
+                // Bots end at the drain's end; before the window's end, the
+                // last one ending means the server took every one.
+                if bots.is_empty() && Instant::now() < schedule.window_end {
+                    all_gone_ms = Some(millis(schedule.origin.elapsed()));
+                    break;
+                }
+            }
             () = sleep_until(schedule.window_start.into()), if cpu_start.is_none() => {
                 cpu_start = usage::cpu_seconds().or(Some(0.0));
                 connected_at_start = connected_now();
+                connected_min = Some(connected_at_start);
             }
-            () = sleep_until(schedule.window_end.into()), if cpu_end.is_none() => {
+            () = sleep_until(schedule.window_end.into()), if cpu_start.is_some() && cpu_end.is_none() => {
                 cpu_end = usage::cpu_seconds().or(Some(0.0));
                 rss = usage::rss_bytes().unwrap_or(0);
                 connected = connected_now();
+                connected_min = connected_min.map(|m| m.min(connected));
+                measured_ms = run.plan.duration_ms;
             }
-            _ = ticker.tick() => on_status(&Status::of(&run)),
+            _ = ticker.tick() => {
+                if cpu_start.is_some() && cpu_end.is_none() {
+                    connected_min = connected_min.map(|m| m.min(connected_now()));
+                }
+                on_status(&Status::of(&run));
+            }
+        }
+    }
+    if interrupted.is_some() || all_gone_ms.is_some() {
+        on_early_end();
+        run.halt();
+        if cpu_start.is_some() && cpu_end.is_none() {
+            cpu_end = usage::cpu_seconds().or(Some(0.0));
+            rss = usage::rss_bytes().unwrap_or(0);
+            connected = connected_now();
+            connected_min = connected_min.map(|m| m.min(connected));
+            measured_ms = millis(schedule.window_start.elapsed());
         }
     }
     on_status(&Status::of(&run));
@@ -123,6 +276,10 @@ pub async fn engine(run: Arc<Run>, mut on_status: impl FnMut(&Status)) -> Tally 
         bots: u64::from(run.plan.local_bots()),
         connected_at_start,
         connected,
+        connected_min,
+        measured_ms,
+        interrupted,
+        all_gone_ms,
         counts: run.stats.counts(),
         errors: run.stats.errors(),
         latency: HistogramBuckets::of(&run.stats.merged(|l| &l.window)),
@@ -133,7 +290,8 @@ pub async fn engine(run: Arc<Run>, mut on_status: impl FnMut(&Status)) -> Tally 
         },
         rss_bytes: rss,
     };
-    // Bots close on their own at the drain's end; bound the wait.
+    // Bots close on their own at the drain's end (or now, if halted); bound
+    // the wait.
     if timeout(CLOSE_GRACE, async {
         while bots.join_next().await.is_some() {}
     })
@@ -145,49 +303,77 @@ pub async fn engine(run: Arc<Run>, mut on_status: impl FnMut(&Status)) -> Tally 
     tally
 }
 
-/// Reads the server's metrics at the window's start and end.
-async fn scrape_window(target: &Target, schedule: Schedule) -> Option<(Sample, Sample)> {
-    sleep_until(schedule.window_start.into()).await;
-    let start = scrape::scrape(target).await.ok()?;
-    sleep_until(schedule.window_end.into()).await;
-    let end = scrape::scrape(target).await.ok()?;
-    Some((start, end))
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Probes the server and checks the plan against it; returns the probe,
+/// the address to connect to and the warnings for the report.
+async fn prepare(plan: &Plan, ctl: &Control) -> anyhow::Result<(Probe, SocketAddr)> {
+    let probe = probe(&plan.target, ctl.check_fresh).await?;
+    let addr = plan.target.resolve().await?;
+    match server_limits(plan, addr).await {
+        Ok(limits) => check_capacity(plan, limits.room_capacity)?,
+        Err(err) => eprintln!("warning: could not read the server's limits ({err:#})"),
+    }
+    Ok((probe, addr))
 }
 
 /// Runs the whole plan in this process.
-pub async fn alone(plan: Plan, quiet: bool) -> anyhow::Result<LoadReport> {
-    check_open_files(&plan)?;
-    let console = Console::new(quiet, None, 0);
-    let before = probe(&plan.target, &console).await?;
-    let addr = plan.target.resolve().await?;
+pub async fn alone(plan: Plan, ctl: &Control) -> anyhow::Result<LoadReport> {
+    if let Some(files) = crate::limits::current() {
+        plan.check_open_files(files)?;
+    }
+    let (probe, addr) = prepare(&plan, ctl).await?;
     let schedule = plan.schedule();
-    let mut console = Console::new(quiet, Some(schedule), u64::from(plan.local_bots()));
+    let mut console = Console::new(
+        ctl.quiet,
+        Some(schedule),
+        u64::from(plan.local_bots()),
+        ctl.status_every,
+    );
     let run = Arc::new(Run::new(plan.clone(), schedule, addr));
-    let (tally, window) = tokio::join!(engine(run, |s| console.show(s)), async {
-        match before {
-            Some(_) => scrape_window(&plan.target, schedule).await,
-            None => None,
-        }
-    });
-    let server = window.map(|(start, end)| {
-        ServerUsage::between(before.as_ref(), &start, &end, tally.counts.updates_received)
-    });
-    Ok(LoadReport::new(&plan, &tally, server, 1))
+    let watch = probe
+        .before
+        .is_some()
+        .then(|| Watch::start(plan.target.clone(), schedule));
+    let tally = engine(
+        run,
+        &ctl.stop,
+        |s| console.show(s),
+        || {
+            if let Some(w) = &watch {
+                w.end_now();
+            }
+        },
+    )
+    .await;
+    let window = match watch {
+        Some(w) => Some(w.finish().await),
+        None => None,
+    };
+    Ok(report(&plan, &tally, probe, window, 1))
 }
 
-fn check_open_files(plan: &Plan) -> anyhow::Result<()> {
-    let needed = u64::from(plan.local_bots()) + 64;
-    if let Some(limit) = usage::open_files_limit() {
-        if needed > limit {
-            bail!(
-                "{} bots in one process need about {needed} open files, the limit is {limit}: \
-                 pass --processes {}",
-                plan.local_bots(),
-                u64::from(plan.local_bots()).div_ceil(limit.saturating_sub(64).max(1))
-            );
-        }
-    }
-    Ok(())
+/// The report of a load run from its merged tally and the server's window.
+fn report(
+    plan: &Plan,
+    tally: &Tally,
+    probe: Probe,
+    window: Option<scrape::Window>,
+    processes: u32,
+) -> LoadReport {
+    let mut warnings = probe.warnings;
+    let server = window.and_then(|w| {
+        warnings.extend(w.lost);
+        Some(ServerUsage::between(
+            probe.before.as_ref(),
+            w.start.as_ref()?,
+            w.end.as_ref()?,
+            tally.counts.updates_received,
+        ))
+    });
+    LoadReport::new(plan, tally, server, processes, warnings)
 }
 
 /// What a child prints on stdout, one JSON object a line.
@@ -199,20 +385,28 @@ pub enum ChildLine {
 }
 
 /// Child mode: runs the rooms of `plan.room_range`, prints status lines
-/// and, at the end, its tally.
-pub async fn child(plan: Plan) -> anyhow::Result<()> {
-    check_open_files(&plan)?;
+/// and, at the end, its tally. Stops early on `stop` (its parent closing
+/// its stdin, or a signal).
+pub async fn child(plan: Plan, stop: &Stop) -> anyhow::Result<()> {
+    if let Some(files) = crate::limits::current() {
+        plan.check_open_files(files)?;
+    }
     let addr = plan.target.resolve().await?;
     let schedule = plan.schedule();
     let run = Arc::new(Run::new(plan, schedule, addr));
     let mut last = None::<Instant>;
-    let tally = engine(run, |s| {
-        if last.is_some_and(|at| at.elapsed() < Duration::from_millis(950)) {
-            return;
-        }
-        last = Some(Instant::now());
-        print_line(&ChildLine::Status(*s));
-    })
+    let tally = engine(
+        run,
+        stop,
+        |s| {
+            if last.is_some_and(|at| at.elapsed() < Duration::from_millis(950)) {
+                return;
+            }
+            last = Some(Instant::now());
+            print_line(&ChildLine::Status(*s));
+        },
+        || {},
+    )
     .await;
     print_line(&ChildLine::Tally(Box::new(tally)));
     Ok(())
@@ -228,17 +422,23 @@ fn print_line(line: &ChildLine) {
 }
 
 /// Parent mode: runs the plan in `plan.processes` children of `exe`.
-pub async fn parent(mut plan: Plan, exe: PathBuf, quiet: bool) -> anyhow::Result<LoadReport> {
-    let console = Console::new(quiet, None, 0);
-    let before = probe(&plan.target, &console).await?;
+pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Result<LoadReport> {
+    let (probe, _addr) = prepare(&plan, ctl).await?;
     plan.start_unix_ms = unix_ms(SystemTime::now()) + CHILD_START.as_millis() as u64;
     let schedule = plan.schedule();
     let ranges = plan.split();
     let processes = ranges.len() as u32;
-    let mut console = Console::new(quiet, Some(schedule), u64::from(plan.bots));
+    let mut console = Console::new(
+        ctl.quiet,
+        Some(schedule),
+        u64::from(plan.bots),
+        ctl.status_every,
+    );
 
     let (lines_tx, mut lines) = tokio::sync::mpsc::channel::<(usize, ChildLine)>(1024);
     let mut children = Vec::new();
+    // Closing a child's stdin stops it (and so does this process's end).
+    let mut stdins = Vec::new();
     for (k, range) in ranges.into_iter().enumerate() {
         let child_plan = Plan {
             room_range: range,
@@ -248,13 +448,14 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, quiet: bool) -> anyhow::Result
         let mut child = tokio::process::Command::new(&exe)
             .arg("--child")
             .arg(json)
-            .stdin(Stdio::null())
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting child process {}", exe.display()))?;
         let stdout = child.stdout.take().context("child stdout")?;
+        stdins.push(child.stdin.take());
         let tx = lines_tx.clone();
         tokio::spawn(async move {
             let mut reader = BufReader::new(stdout).lines();
@@ -270,43 +471,62 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, quiet: bool) -> anyhow::Result
     }
     drop(lines_tx);
 
-    let window = async {
-        match before {
-            Some(_) => scrape_window(&plan.target, schedule).await,
-            None => None,
-        }
-    };
-    let cpu = async {
-        sleep_until(schedule.window_start.into()).await;
-        let a = usage::cpu_seconds().unwrap_or(0.0);
-        sleep_until(schedule.window_end.into()).await;
-        usage::cpu_seconds().unwrap_or(0.0) - a
-    };
-    let deadline = schedule.drain_end + CLOSE_GRACE + Duration::from_secs(10);
-    let collect = async {
-        let mut statuses: BTreeMap<usize, Status> = BTreeMap::new();
-        let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
-        let mut ticker = tokio::time::interval(STATUS_EVERY);
-        loop {
-            tokio::select! {
-                line = lines.recv() => match line {
-                    Some((k, ChildLine::Status(s))) => { statuses.insert(k, s); }
-                    Some((k, ChildLine::Tally(t))) => { tallies.insert(k, *t); }
-                    None => break,
-                },
-                _ = ticker.tick() => {
-                    let mut total = Status::default();
-                    statuses.values().for_each(|s| total.add(s));
-                    if !statuses.is_empty() {
-                        console.show(&total);
+    let watch = probe
+        .before
+        .is_some()
+        .then(|| Watch::start(plan.target.clone(), schedule));
+    let mut deadline = schedule.drain_end + CLOSE_GRACE + Duration::from_secs(10);
+    let mut statuses: BTreeMap<usize, Status> = BTreeMap::new();
+    let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
+    let mut ticker = tokio::time::interval(STATUS_EVERY);
+    let (mut cpu_start, mut cpu_end) = (None, None);
+    let mut interrupted = None;
+    let stopped = ctl.stop.stopped();
+    tokio::pin!(stopped);
+    loop {
+        tokio::select! {
+            line = lines.recv() => match line {
+                Some((k, ChildLine::Status(s))) => { statuses.insert(k, s); }
+                Some((k, ChildLine::Tally(t))) => {
+                    tallies.insert(k, *t);
+                    if tallies.len() == children.len() {
+                        break;
                     }
                 }
-                () = sleep_until(deadline.into()) => break,
+                None => break,
+            },
+            why = &mut stopped, if interrupted.is_none() => {
+                interrupted = Some(why.to_string());
+                stdins.clear();
+                if let Some(w) = &watch {
+                    w.end_now();
+                }
+                deadline = Instant::now() + CLOSE_GRACE + Duration::from_secs(5);
             }
+            _ = ticker.tick() => {
+                let now = Instant::now();
+                if now >= schedule.window_start && cpu_start.is_none() {
+                    cpu_start = usage::cpu_seconds();
+                }
+                if now >= schedule.window_end && cpu_end.is_none() {
+                    cpu_end = usage::cpu_seconds();
+                }
+                let mut total = Status::default();
+                statuses.values().for_each(|s| total.add(s));
+                if !statuses.is_empty() {
+                    console.show(&total);
+                }
+            }
+            () = sleep_until(deadline.into()) => break,
         }
-        tallies
+    }
+    let cpu_end = cpu_end.or_else(usage::cpu_seconds);
+    // Children that are done read the end of their stdin and exit.
+    stdins.clear();
+    let window = match watch {
+        Some(w) => Some(w.finish().await),
+        None => None,
     };
-    let (tallies, window, parent_cpu) = tokio::join!(collect, window, cpu);
 
     for (k, child) in children.iter_mut().enumerate() {
         match timeout(Duration::from_secs(5), child.wait()).await {
@@ -330,9 +550,14 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, quiet: bool) -> anyhow::Result
     for t in tallies.values() {
         tally.merge(t);
     }
-    tally.cpu_seconds += parent_cpu.max(0.0);
-    let server = window.map(|(start, end)| {
-        ServerUsage::between(before.as_ref(), &start, &end, tally.counts.updates_received)
-    });
-    Ok(LoadReport::new(&plan, &tally, server, processes))
+    if !tallies.values().all(|t| t.all_gone_ms.is_some()) {
+        tally.all_gone_ms = None;
+    }
+    if interrupted.is_some() {
+        tally.interrupted = interrupted;
+    }
+    if let (Some(a), Some(b)) = (cpu_start, cpu_end) {
+        tally.cpu_seconds += (b - a).max(0.0);
+    }
+    Ok(report(&plan, &tally, probe, window, processes))
 }

@@ -5,34 +5,43 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use loadtest::Opts;
 use loadtest::load::Unreachable;
+use loadtest::{Opts, Stop};
 
 /// Exit status when thresholds given on the command line were missed.
 const MISSED: u8 = 1;
-/// Exit status when the run could not be made (server unreachable, bad
-/// options, a child failed).
+/// Exit status when the run failed or could not be made (server
+/// unreachable, bad options, bots disconnected or unable to connect, a
+/// child failed).
 const FAILED: u8 = 2;
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let opts = Opts::parse();
+    let stop = Stop::new();
+    stop.on_signals();
     if let Some(plan) = &opts.child {
-        return match loadtest::run_child(plan).await {
-            Ok(()) => ExitCode::SUCCESS,
+        stop.on_stdin_closed();
+        let code = match loadtest::run_child(plan, &stop).await {
+            Ok(()) => 0,
             Err(err) => {
                 eprintln!("loadtest child: {err:#}");
-                ExitCode::from(FAILED)
+                i32::from(FAILED)
             }
         };
+        // At once: the runtime's shutdown would wait for the blocking read
+        // of stdin, which ends only when the parent closes it.
+        std::process::exit(code);
     }
-    let report = tokio::select! {
-        report = loadtest::run_with(&opts, None) => report,
-        _ = tokio::signal::ctrl_c() => {
-            eprintln!("loadtest: interrupted");
-            return ExitCode::from(130);
-        }
-    };
+    let signalled = stop.clone();
+    tokio::spawn(async move {
+        let why = signalled.stopped().await;
+        eprintln!(
+            "loadtest: {why}: stopping the bots; the report of what was measured follows \
+             (a second {why} quits at once)"
+        );
+    });
+    let report = loadtest::run_with(&opts, None, stop.clone()).await;
     let report = match report {
         Ok(report) => report,
         Err(err) => {
@@ -40,7 +49,10 @@ async fn main() -> ExitCode {
                 Some(unreachable) => eprintln!("loadtest: {unreachable}"),
                 None => eprintln!("loadtest: {err:#}"),
             }
-            return ExitCode::from(FAILED);
+            return ExitCode::from(match stop.reason() {
+                Some(why) => loadtest::stop::exit_status(why),
+                None => FAILED,
+            });
         }
     };
     // With `--json -` stdout is the JSON alone; the readable report moves to stderr.
@@ -54,6 +66,14 @@ async fn main() -> ExitCode {
             eprintln!("loadtest: {err:#}");
             return ExitCode::from(FAILED);
         }
+    }
+    if let Some(why) = report.interrupted() {
+        eprintln!("loadtest: interrupted by {why}");
+        return ExitCode::from(loadtest::stop::exit_status(why));
+    }
+    if let Some(first) = report.failures().first() {
+        eprintln!("loadtest: the run failed: {first}");
+        return ExitCode::from(FAILED);
     }
     let missed = report.missed(&opts);
     if missed.is_empty() {

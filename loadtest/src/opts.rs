@@ -14,22 +14,25 @@ use anyhow::{Context as _, bail, ensure};
 use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{Plan, Target};
-
-/// Bots per process at most: a process may hold 20,000 open files here, and
-/// each bot holds one socket.
-pub const MAX_BOTS_PER_PROCESS: u32 = 18_000;
+use crate::limits::{self, OpenFiles};
+use crate::plan::{Plan, RoomNames, Target, Tolerance};
 
 /// amble's bot load tester: spawns bots that join rooms and move the way
 /// people do, and measures bandwidth, delivery rate, latency and what the
 /// server spent.
 ///
 /// Start the server first (`cargo run --release` in the repo), then for
-/// example `cargo loadtest --bots 1000`. The status goes to stderr once per
-/// second; the report goes to stdout at the end (and to --json PATH).
+/// example `cargo loadtest --bots 1000`. The status goes to stderr (a line
+/// every --status-every); the report goes to stdout at the end (and to
+/// --json PATH). Use a freshly started server for figures: the report warns
+/// when the server was already busy or had served connections before.
 ///
 /// Exit status: 0 done; 1 a threshold (--min-delivery, --max-p99-ms) was
-/// missed; 2 the run could not be made (server unreachable, bad options).
+/// missed; 2 the run failed or could not be made (server unreachable, bad
+/// options, bots disconnected or unable to connect, fewer bots than asked
+/// connected during the measured window, the server's ping budget stopped
+/// the rpc scenario); 130 or 143 interrupted by Ctrl-C or SIGTERM (the
+/// report of what was measured so far is printed first).
 #[derive(Parser, Debug, Clone)]
 #[command(name = "loadtest", version, about, long_about)]
 pub struct Opts {
@@ -68,6 +71,18 @@ pub struct Opts {
     /// --room-size).
     #[arg(long)]
     pub rooms: Option<u32>,
+
+    /// Put every bot in the room NAME (1-32 of `A-Za-z0-9_.-`), e.g.
+    /// `lobby` to walk where people join from the browser demo. The room
+    /// must hold them all: more bots than the server's room capacity is
+    /// refused before any bot connects.
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["rooms", "room_size", "room_prefix"])]
+    pub room: Option<String>,
+
+    /// Name the rooms PREFIX-1, PREFIX-2, ... PREFIX-N (with --rooms N or
+    /// --room-size) [default: `lt-<run tag>-<n>`, rooms unique to the run].
+    #[arg(long, value_name = "PREFIX")]
+    pub room_prefix: Option<String>,
 
     /// Time between a bot's moves, e.g. `1s`, `250ms`, `8s` [default: 1s;
     /// xmpp presets: 8s]. Never below the server's advertised move interval;
@@ -113,10 +128,22 @@ pub struct Opts {
     #[arg(long, value_parser = SourceAddrs::from_str)]
     pub source_addrs: Option<SourceAddrs>,
 
-    /// load: run the bots in N processes (each holds whole rooms; a process
-    /// may hold at most 20,000 open files) [default: one per 18,000 bots].
+    /// load: run the bots in N processes, each holding whole rooms. Each bot
+    /// holds one open file (its socket); the load tester raises its soft
+    /// limit on open files to the hard limit at start [default: as few
+    /// processes as that limit allows].
     #[arg(long, value_name = "N")]
     pub processes: Option<u32>,
+
+    /// Do not fail the run when the server disconnects bots during it (their
+    /// figures stop there; the report still counts them).
+    #[arg(long)]
+    pub tolerate_disconnects: bool,
+
+    /// Do not fail the run when bots cannot connect or join (for example
+    /// the server's connection limit or a full room).
+    #[arg(long)]
+    pub tolerate_connect_failures: bool,
 
     /// Fail (exit status 1) if the delivery rate is below this, e.g. 0.999.
     #[arg(long, value_name = "RATE")]
@@ -148,9 +175,14 @@ pub struct Opts {
     #[arg(long, value_parser = parse_duration, default_value = "3s")]
     pub sweep_duration: Duration,
 
-    /// Print no status lines while running (the report still goes to stdout).
+    /// Print no status lines while running (warnings and the report still
+    /// print).
     #[arg(long, short)]
     pub quiet: bool,
+
+    /// Time between status lines, e.g. `1s`, `1m` for runs of hours.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, default_value = "1s")]
+    pub status_every: Duration,
 
     /// Child mode (set by --processes): the resolved plan as JSON, this
     /// child's index; the child prints status lines and its tally as JSON
@@ -265,8 +297,15 @@ pub fn parse_duration(s: &str) -> anyhow::Result<Duration> {
 
 impl Opts {
     /// Resolves presets and defaults into a plan for the load scenario (the
-    /// sweep derives one per room size from it).
+    /// sweep derives one per room size from it), sized against this
+    /// process's open-file limits as they are now.
     pub fn plan(&self) -> anyhow::Result<Plan> {
+        self.plan_with(limits::current())
+    }
+
+    /// [`Opts::plan`] for a process that may open files as `files` says
+    /// (`None`: unknown, not checked).
+    pub fn plan_with(&self, files: Option<OpenFiles>) -> anyhow::Result<Plan> {
         let target = Target::parse(&self.url, self.allow_remote)?;
         let preset = self.preset.map(PresetValues::of).unwrap_or_default();
 
@@ -277,6 +316,7 @@ impl Opts {
             "--bots {bots} is more than this tool allows (200000)"
         );
         let (rooms, room_size) = match (self.rooms, self.room_size) {
+            _ if self.room.is_some() => (1, bots),
             (Some(rooms), _) => {
                 ensure!(rooms >= 1, "--rooms must be at least 1");
                 let rooms = rooms.min(bots);
@@ -327,15 +367,33 @@ impl Opts {
             .warmup
             .unwrap_or_else(|| move_interval.max(Duration::from_secs(1)));
 
+        let room_names = match (&self.room, &self.room_prefix) {
+            (Some(name), _) => {
+                check_room_name(name, "--room")?;
+                RoomNames::One(name.clone())
+            }
+            (None, Some(prefix)) => {
+                check_room_name(&format!("{prefix}-{rooms}"), "--room-prefix")?;
+                RoomNames::Prefix(prefix.clone())
+            }
+            (None, None) => RoomNames::Run,
+        };
+
+        let per_process = files.map(|f| f.bots()).filter(|&n| n > 0);
         let processes = match self.processes {
             Some(n) => {
                 ensure!(n >= 1, "--processes must be at least 1");
                 n.min(rooms)
             }
-            None => bots.div_ceil(MAX_BOTS_PER_PROCESS).min(rooms),
+            None => match per_process {
+                Some(per) => u32::try_from(u64::from(bots).div_ceil(per))
+                    .unwrap_or(u32::MAX)
+                    .clamp(1, rooms),
+                None => 1,
+            },
         };
 
-        Ok(Plan {
+        let plan = Plan {
             target,
             bots,
             rooms,
@@ -352,8 +410,29 @@ impl Opts {
             run_tag: crate::plan::run_tag(),
             start_unix_ms: 0,
             room_range: 0..rooms,
-        })
+            room_names,
+            tolerate: Tolerance {
+                disconnects: self.tolerate_disconnects,
+                connect_failures: self.tolerate_connect_failures,
+            },
+        };
+        if let Some(files) = files {
+            plan.check_open_files(files)?;
+        }
+        Ok(plan)
     }
+}
+
+/// A room name the server accepts: 1-32 of `[A-Za-z0-9_.-]`.
+fn check_room_name(name: &str, flag: &str) -> anyhow::Result<()> {
+    ensure!(
+        (1..=32).contains(&name.len())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b)),
+        "{flag}: room name {name:?} must be 1-32 of A-Z a-z 0-9 _ . -"
+    );
+    Ok(())
 }
 
 fn millis(d: Duration) -> u64 {
@@ -410,9 +489,25 @@ mod tests {
             .expect("options parse")
     }
 
+    /// Limits of a process that may open `soft` files (hard limit `hard`).
+    fn files(soft: u64, hard: u64) -> Option<OpenFiles> {
+        Some(OpenFiles { soft, hard })
+    }
+
+    /// Plans as on a machine with plenty of open files.
+    trait PlanHere {
+        fn plan_here(&self) -> anyhow::Result<Plan>;
+    }
+
+    impl PlanHere for Opts {
+        fn plan_here(&self) -> anyhow::Result<Plan> {
+            self.plan_with(files(1 << 20, 1 << 20))
+        }
+    }
+
     #[test]
     fn defaults() {
-        let plan = opts(&[]).plan().unwrap();
+        let plan = opts(&[]).plan_here().unwrap();
         assert_eq!(plan.bots, 100);
         assert_eq!(plan.room_size, 30);
         assert_eq!(plan.rooms, 4);
@@ -426,22 +521,22 @@ mod tests {
 
     #[test]
     fn presets() {
-        let p = opts(&["--preset", "xmpp-1500"]).plan().unwrap();
+        let p = opts(&["--preset", "xmpp-1500"]).plan_here().unwrap();
         assert_eq!((p.bots, p.rooms, p.room_size), (1_500, 50, 30));
         assert_eq!(p.move_interval_ms, 8_000);
         assert_eq!(p.movement, Movement::Wander);
 
-        let p = opts(&["--preset", "xmpp-1000"]).plan().unwrap();
+        let p = opts(&["--preset", "xmpp-1000"]).plan_here().unwrap();
         assert_eq!((p.bots, p.rooms, p.room_size), (1_000, 50, 20));
         assert_eq!(p.movement, Movement::Wander);
 
         let p = opts(&["--preset", "rush", "--bots", "5000"])
-            .plan()
+            .plan_here()
             .unwrap();
         assert_eq!((p.bots, p.room_size, p.rooms), (5_000, 30, 167));
         assert_eq!(p.move_interval_ms, 1_000);
 
-        let p = opts(&["--preset", "rush"]).plan().unwrap();
+        let p = opts(&["--preset", "rush"]).plan_here().unwrap();
         assert_eq!(p.bots, 15_000);
         assert_eq!(p.processes, 1);
 
@@ -454,7 +549,7 @@ mod tests {
             "--duration",
             "30s",
         ])
-        .plan()
+        .plan_here()
         .unwrap();
         assert_eq!(p.movement, Movement::Walk);
         assert_eq!(p.duration_ms, 30_000);
@@ -462,21 +557,91 @@ mod tests {
 
     #[test]
     fn rooms_or_room_size() {
-        let p = opts(&["--bots", "95", "--rooms", "10"]).plan().unwrap();
+        let p = opts(&["--bots", "95", "--rooms", "10"])
+            .plan_here()
+            .unwrap();
         assert_eq!((p.rooms, p.room_size), (10, 10));
-        let p = opts(&["--bots", "95", "--room-size", "10"]).plan().unwrap();
+        let p = opts(&["--bots", "95", "--room-size", "10"])
+            .plan_here()
+            .unwrap();
         assert_eq!((p.rooms, p.room_size), (10, 10));
         assert!(Opts::try_parse_from(["loadtest", "--rooms", "2", "--room-size", "3"]).is_err());
     }
 
     #[test]
     fn processes_split_by_open_file_limit() {
-        let p = opts(&["--bots", "40000"]).plan().unwrap();
-        assert_eq!(p.processes, 3);
+        let p = opts(&["--bots", "40000"]).plan_with(files(20_000, 20_000));
+        assert_eq!(p.unwrap().processes, 3);
+        let p = opts(&["--bots", "40000"]).plan_here().unwrap();
+        assert_eq!(p.processes, 1, "one process when the limit allows");
         let p = opts(&["--bots", "10", "--processes", "4", "--room-size", "5"])
-            .plan()
+            .plan_here()
             .unwrap();
         assert_eq!(p.processes, 2, "never more processes than rooms");
+    }
+
+    #[test]
+    fn the_first_readme_test_fits_a_raised_limit() {
+        // Soft limit 1024 raised to a hard limit of 4096: one process.
+        let p = opts(&["--bots", "1000"]).plan_with(files(4_096, 4_096));
+        assert_eq!(p.unwrap().processes, 1);
+        // A hard limit of 1024: the rooms are spread over two processes.
+        let p = opts(&["--bots", "1000"]).plan_with(files(1_024, 1_024));
+        assert_eq!(p.unwrap().processes, 2);
+    }
+
+    #[test]
+    fn too_few_open_files_says_what_to_do() {
+        let err = opts(&["--bots", "1000", "--processes", "1"])
+            .plan_with(files(1_024, 1_024))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("need about 1064 open files"), "{err}");
+        assert!(err.contains("`ulimit -n 1064`"), "{err}");
+        assert!(err.contains("--processes 2"), "{err}");
+        // One room cannot be split: only the limit or smaller rooms help.
+        let err = opts(&["--bots", "1000", "--room", "lobby"])
+            .plan_with(files(1_024, 1_024))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("`ulimit -n 1064`"), "{err}");
+        assert!(
+            err.contains("smaller rooms") && !err.contains("--processes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn named_rooms() {
+        let p = opts(&["--bots", "45", "--room", "lobby"])
+            .plan_here()
+            .unwrap();
+        assert_eq!((p.rooms, p.room_size), (1, 45));
+        assert_eq!(p.room_name(0), "lobby");
+        let p = opts(&["--bots", "45", "--rooms", "3", "--room-prefix", "demo"])
+            .plan_here()
+            .unwrap();
+        assert_eq!((p.rooms, p.room_size), (3, 15));
+        let names: Vec<_> = (0..3).map(|r| p.room_name(r)).collect();
+        assert_eq!(names, ["demo-1", "demo-2", "demo-3"]);
+        // A preset's rooms give way to --room.
+        let p = opts(&["--preset", "xmpp-1000", "--room", "hall"])
+            .plan_here()
+            .unwrap();
+        assert_eq!((p.bots, p.rooms, p.room_size), (1_000, 1, 1_000));
+        // Without a name, rooms are unique to the run.
+        let p = opts(&["--bots", "5"]).plan_here().unwrap();
+        assert!(p.room_name(0).starts_with("lt-") && p.room_name(0).ends_with("-0"));
+
+        assert!(opts(&["--room", "no spaces"]).plan_here().is_err());
+        assert!(opts(&["--room", &"x".repeat(33)]).plan_here().is_err());
+        assert!(
+            opts(&["--rooms", "100", "--room-prefix", &"x".repeat(29)])
+                .plan_here()
+                .is_err()
+        );
+        assert!(Opts::try_parse_from(["loadtest", "--room", "a", "--rooms", "2"]).is_err());
+        assert!(Opts::try_parse_from(["loadtest", "--room", "a", "--room-size", "2"]).is_err());
     }
 
     #[test]
@@ -498,7 +663,7 @@ mod tests {
         assert!("127.0.0.1-127.255.255.255".parse::<SourceAddrs>().is_err());
         assert!("".parse::<SourceAddrs>().is_err());
         let p = opts(&["--source-addrs", "127.0.0.1-127.0.0.8"])
-            .plan()
+            .plan_here()
             .unwrap();
         assert_eq!(p.source_addrs.len(), 8);
     }
@@ -515,13 +680,25 @@ mod tests {
 
     #[test]
     fn refuses_remote_targets() {
-        assert!(opts(&["--url", "ws://example.com:3000/ws"]).plan().is_err());
-        assert!(opts(&["--url", "ws://10.0.0.1:3000/ws"]).plan().is_err());
-        assert!(opts(&["--url", "ws://localhost:3000/ws"]).plan().is_ok());
-        assert!(opts(&["--url", "ws://[::1]:3000/ws"]).plan().is_ok());
-        assert!(opts(&["--url", "ws://127.1.2.3:9/ws"]).plan().is_ok());
         assert!(
-            opts(&["--url", "wss://127.0.0.1/ws"]).plan().is_err(),
+            opts(&["--url", "ws://example.com:3000/ws"])
+                .plan_here()
+                .is_err()
+        );
+        assert!(
+            opts(&["--url", "ws://10.0.0.1:3000/ws"])
+                .plan_here()
+                .is_err()
+        );
+        assert!(
+            opts(&["--url", "ws://localhost:3000/ws"])
+                .plan_here()
+                .is_ok()
+        );
+        assert!(opts(&["--url", "ws://[::1]:3000/ws"]).plan_here().is_ok());
+        assert!(opts(&["--url", "ws://127.1.2.3:9/ws"]).plan_here().is_ok());
+        assert!(
+            opts(&["--url", "wss://127.0.0.1/ws"]).plan_here().is_err(),
             "no TLS support"
         );
     }

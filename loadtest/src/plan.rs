@@ -48,12 +48,100 @@ pub struct Plan {
     pub start_unix_ms: u64,
     /// The rooms this process runs (all of them unless a child).
     pub room_range: Range<u32>,
+    /// How the rooms are named.
+    #[serde(default)]
+    pub room_names: RoomNames,
+    /// What does not fail the run.
+    #[serde(default)]
+    pub tolerate: Tolerance,
+}
+
+/// How a run's rooms are named.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RoomNames {
+    /// `lt-<run tag>-<n>`: rooms of this run alone.
+    #[default]
+    Run,
+    /// Every bot in this one room (`--room`).
+    One(String),
+    /// `PREFIX-1` ... `PREFIX-N` (`--room-prefix`).
+    Prefix(String),
+}
+
+/// What does not fail a run (see `--tolerate-*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tolerance {
+    /// Bots the server disconnects during the run.
+    pub disconnects: bool,
+    /// Bots that cannot connect or join.
+    pub connect_failures: bool,
 }
 
 impl Plan {
     /// Name of room `index` (at most 32 characters of `[A-Za-z0-9_.-]`).
     pub fn room_name(&self, index: u32) -> String {
-        format!("lt-{}-{index}", self.run_tag)
+        match &self.room_names {
+            RoomNames::Run => format!("lt-{}-{index}", self.run_tag),
+            RoomNames::One(name) => name.clone(),
+            RoomNames::Prefix(prefix) => format!("{prefix}-{}", index + 1),
+        }
+    }
+
+    /// Name of bot `index` (global): it carries the run tag, so a bot
+    /// knows the other bots of its run from people (and from another run's
+    /// bots) sharing a named room.
+    pub fn bot_name(&self, index: u32) -> String {
+        format!("bot{index}-{}", self.run_tag)
+    }
+
+    /// Whether a member named `name` is a bot of this run.
+    pub fn is_bot_name(&self, name: &str) -> bool {
+        name.strip_prefix("bot")
+            .and_then(|rest| rest.split_once('-'))
+            .is_some_and(|(n, tag)| {
+                tag == self.run_tag && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
+            })
+    }
+
+    /// Bots in the largest of this plan's processes.
+    pub fn largest_process(&self) -> u32 {
+        self.split()
+            .into_iter()
+            .map(|range| {
+                range
+                    .map(|room| self.bots_in_room(room).len() as u32)
+                    .sum::<u32>()
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Refuses a plan whose processes need more open files than `files`
+    /// allows, saying what to do.
+    pub fn check_open_files(&self, files: crate::limits::OpenFiles) -> anyhow::Result<()> {
+        let largest = if self.room_range == (0..self.rooms) {
+            self.largest_process()
+        } else {
+            self.local_bots()
+        };
+        if u64::from(largest) <= files.bots() {
+            return Ok(());
+        }
+        // The fewest processes that fit, if spreading whole rooms can.
+        let fits = (self.processes.max(1)..=self.rooms).find(|&n| {
+            u64::from(
+                Plan {
+                    processes: n,
+                    room_range: 0..self.rooms,
+                    ..self.clone()
+                }
+                .largest_process(),
+            ) <= files.bots()
+        });
+        bail!(
+            "{}",
+            crate::limits::advice(u64::from(largest), files, fits, self.room_size)
+        )
     }
 
     /// The global indices of the bots in room `index`.
@@ -287,7 +375,20 @@ mod tests {
             run_tag: "t".into(),
             start_unix_ms: 0,
             room_range: 0..rooms,
+            room_names: RoomNames::Run,
+            tolerate: Tolerance::default(),
         }
+    }
+
+    #[test]
+    fn bots_know_each_other_by_name() {
+        let p = plan(10, 5, 1);
+        assert_eq!(p.bot_name(7), "bot7-t");
+        assert!(p.is_bot_name("bot7-t"));
+        for other in ["bot7-u", "bot-t", "botx-t", "Alice", "bot7", "bot7-t-x"] {
+            assert!(!p.is_bot_name(other), "{other}");
+        }
+        assert!(p.bot_name(199_999).len() <= 32);
     }
 
     #[test]

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::opts::Movement;
 use crate::plan::Plan;
 use crate::scrape::ServerUsage;
-use crate::stats::Tally;
+use crate::stats::{ErrorKind, Tally};
 
 /// Latency percentiles, milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -54,20 +54,38 @@ pub struct SelfUsage {
 /// The load scenario's report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoadReport {
+    /// Why the run failed (empty: it did not). A failed run exits non-zero.
+    pub failures: Vec<String>,
+    /// Why the run was interrupted (`SIGINT`, `SIGTERM`), if it was: the
+    /// figures cover what was measured until then.
+    pub interrupted: Option<String>,
+    /// What the figures must be read with (a busy or reused server,
+    /// `/metrics` not answering).
+    pub warnings: Vec<String>,
     pub url: String,
     pub bots: u64,
     /// Bots in their room at the end of the window.
     pub connected: u64,
     /// Bots in their room when the window opened.
     pub connected_at_start: u64,
+    /// The fewest bots in their rooms during the window (`None`: it never
+    /// opened).
+    pub connected_min: Option<u64>,
     pub connect_failures: u64,
+    /// Bots the server disconnected (or whose connection failed) during the
+    /// run.
+    pub disconnected: u64,
     pub rooms: u32,
     pub room_size: u32,
     pub movement: Movement,
     pub move_interval_ms: u64,
     pub chat_interval_ms: Option<u64>,
     pub warmup_s: f64,
+    /// The planned window.
     pub duration_s: f64,
+    /// The window as measured: shorter when the run ended early. Rates are
+    /// per second of this.
+    pub measured_s: f64,
     pub moves_sent: u64,
     /// In-window moves the server applied (they came back to their sender).
     pub moves_applied: u64,
@@ -75,8 +93,8 @@ pub struct LoadReport {
     pub updates_expected: u64,
     pub updates_received: u64,
     pub updates_per_s: f64,
-    /// received / expected (1 when nothing was expected).
-    pub delivery_rate: f64,
+    /// received / expected (`None` when nothing was expected).
+    pub delivery_rate: Option<f64>,
     pub duplicates: u64,
     /// Move sent to update received by another bot, same clock.
     pub latency_ms: Percentiles,
@@ -100,22 +118,34 @@ pub struct LoadReport {
 }
 
 impl LoadReport {
-    pub fn new(plan: &Plan, tally: &Tally, server: Option<ServerUsage>, processes: u32) -> Self {
+    pub fn new(
+        plan: &Plan,
+        tally: &Tally,
+        server: Option<ServerUsage>,
+        processes: u32,
+        warnings: Vec<String>,
+    ) -> Self {
         let c = &tally.counts;
         let duration_s = plan.duration_ms as f64 / 1_000.0;
+        let measured_s = tally.measured_ms as f64 / 1_000.0;
         let per_s = |n: u64| {
-            if duration_s > 0.0 {
-                n as f64 / duration_s
+            if measured_s > 0.0 {
+                n as f64 / measured_s
             } else {
                 0.0
             }
         };
         Self {
+            failures: failures(plan, tally),
+            interrupted: tally.interrupted.clone(),
+            warnings,
             url: plan.target.url.clone(),
             bots: u64::from(plan.bots),
             connected: tally.connected,
             connected_at_start: tally.connected_at_start,
+            connected_min: tally.connected_min,
             connect_failures: tally.connect_failures(),
+            disconnected: c.disconnected,
             rooms: plan.rooms,
             room_size: plan.room_size,
             movement: plan.movement,
@@ -123,17 +153,15 @@ impl LoadReport {
             chat_interval_ms: plan.chat_interval_ms,
             warmup_s: plan.warmup_ms as f64 / 1_000.0,
             duration_s,
+            measured_s,
             moves_sent: c.moves_sent,
             moves_applied: c.moves_applied,
             moves_per_s: per_s(c.moves_sent),
             updates_expected: c.updates_expected,
             updates_received: c.updates_received,
             updates_per_s: per_s(c.updates_received),
-            delivery_rate: if c.updates_expected == 0 {
-                1.0
-            } else {
-                c.updates_received as f64 / c.updates_expected as f64
-            },
+            delivery_rate: (c.updates_expected > 0)
+                .then(|| c.updates_received as f64 / c.updates_expected as f64),
             duplicates: c.duplicates,
             latency_ms: Percentiles::of(&tally.latency_histogram()),
             echo_latency_ms: Percentiles::of(&tally.echo_histogram()),
@@ -152,8 +180,8 @@ impl LoadReport {
             chats_received: c.chats_received,
             server,
             loadtest: SelfUsage {
-                cpu_percent: if duration_s > 0.0 {
-                    100.0 * tally.cpu_seconds / duration_s
+                cpu_percent: if measured_s > 0.0 {
+                    100.0 * tally.cpu_seconds / measured_s
                 } else {
                     0.0
                 },
@@ -167,7 +195,91 @@ impl LoadReport {
     }
 }
 
-/// `1.2 MB`, `640 B`.
+/// Why a load run failed, from its tally and what its plan tolerates.
+fn failures(plan: &Plan, tally: &Tally) -> Vec<String> {
+    let bots = tally.bots;
+    let tolerate = plan.tolerate;
+    let disconnected = tally.counts.disconnected;
+    let connect_failures = tally.connect_failures();
+    let mut failures = Vec::new();
+    if let Some(ms) = tally.all_gone_ms {
+        failures.push(format!(
+            "every bot was gone {:.1} s into the run, so it stopped early",
+            ms as f64 / 1e3
+        ));
+    }
+    if disconnected > 0 && !tolerate.disconnects {
+        failures.push(format!(
+            "the server disconnected {disconnected} of {bots} bots during the run ({}); \
+             --tolerate-disconnects accepts this",
+            errors_where(&tally.errors, ErrorKind::is_session_end)
+        ));
+    }
+    if connect_failures > 0 && !tolerate.connect_failures {
+        failures.push(format!(
+            "{connect_failures} of {bots} bots could not connect or join ({}); \
+             --tolerate-connect-failures accepts this",
+            errors_where(&tally.errors, |k| {
+                ErrorKind::is_connect_failure(k) || k.starts_with("server_")
+            })
+        ));
+    }
+    if let Some(min) = tally.connected_min {
+        let short = bots.saturating_sub(min);
+        let tolerated = if tolerate.disconnects {
+            disconnected
+        } else {
+            0
+        } + if tolerate.connect_failures {
+            connect_failures
+        } else {
+            0
+        };
+        let unexplained = short > disconnected + connect_failures;
+        if short > tolerated && (failures.is_empty() || unexplained) {
+            failures.push(format!(
+                "only {min} of {bots} bots were connected at times during the measured window"
+            ));
+        }
+    }
+    failures
+}
+
+/// `kind n, kind n` for the errors whose kind `keep` accepts.
+fn errors_where(errors: &BTreeMap<String, u64>, keep: impl Fn(&str) -> bool) -> String {
+    let kept: BTreeMap<String, u64> = errors
+        .iter()
+        .filter(|(k, _)| keep(k))
+        .map(|(k, v)| (k.clone(), *v))
+        .collect();
+    errors_line(&kept)
+}
+
+/// The lines a report starts with when the run was interrupted, failed or
+/// must be read with care: `INTERRUPTED`, then `FAILED`, then `warning`.
+pub fn verdict(
+    f: &mut fmt::Formatter<'_>,
+    interrupted: Option<&str>,
+    failures: &[String],
+    warnings: &[String],
+) -> fmt::Result {
+    if let Some(why) = interrupted {
+        writeln!(
+            f,
+            "INTERRUPTED by {why}: the figures below cover what was measured until then"
+        )?;
+    }
+    for failure in failures {
+        writeln!(f, "FAILED: {failure}")?;
+    }
+    for warning in warnings {
+        writeln!(f, "warning: {warning}")?;
+    }
+    Ok(())
+}
+
+/// `1.2 MB`, `640 B` (decimal units: 1 kB is 1,000 bytes), in the status
+/// lines and the reports alike.
 pub fn bytes(n: f64) -> String {
     match n {
         n if n >= 1e9 => format!("{:.2} GB", n / 1e9),
@@ -209,10 +321,21 @@ impl fmt::Display for LoadReport {
             Movement::Walk => "walk",
             Movement::Wander => "wander",
         };
+        verdict(
+            f,
+            self.interrupted.as_deref(),
+            &self.failures,
+            &self.warnings,
+        )?;
+        let measured = if self.measured_s + 0.05 < self.duration_s {
+            format!("{:.1} s of {:.0} s", self.measured_s, self.duration_s)
+        } else {
+            format!("{:.0} s", self.duration_s)
+        };
         writeln!(
             f,
             "amble load test: {} bots in {} rooms of up to {}, {movement}, a move every {:.1} s{}, \
-             {:.0} s measured after {:.0} s warm-up ({})",
+             {measured} measured after {:.0} s warm-up ({})",
             self.bots,
             self.rooms,
             self.room_size,
@@ -222,29 +345,41 @@ impl fmt::Display for LoadReport {
                 ms as f64 / 1e3
             ))
             .replace("n/a", ""),
-            self.duration_s,
             self.warmup_s,
             self.url,
         )?;
         writeln!(
             f,
-            "  connected     {} of {} ({} at window start, {} failed to connect)",
-            self.connected, self.bots, self.connected_at_start, self.connect_failures
+            "  connected     {} of {} at the end ({} at window start, {} at the fewest), \
+             {} failed to connect, {} disconnected",
+            self.connected,
+            self.bots,
+            self.connected_at_start,
+            opt(self.connected_min, |n| n.to_string()),
+            self.connect_failures,
+            self.disconnected
         )?;
         writeln!(
             f,
             "  moves         {} sent ({:.0}/s), {} applied by the server",
             self.moves_sent, self.moves_per_s, self.moves_applied
         )?;
-        writeln!(
-            f,
-            "  delivery      {:.4}%: {} of {} updates received ({:.0}/s), {} duplicates",
-            self.delivery_rate * 100.0,
-            self.updates_received,
-            self.updates_expected,
-            self.updates_per_s,
-            self.duplicates
-        )?;
+        match self.delivery_rate {
+            Some(rate) => writeln!(
+                f,
+                "  delivery      {:.4}%: {} of {} updates received ({:.0}/s), {} duplicates",
+                rate * 100.0,
+                self.updates_received,
+                self.updates_expected,
+                self.updates_per_s,
+                self.duplicates
+            )?,
+            None => writeln!(
+                f,
+                "  delivery      n/a: no update was expected ({} received, {} duplicates)",
+                self.updates_received, self.duplicates
+            )?,
+        }
         writeln!(f, "  latency ms    {}", self.latency_ms)?;
         writeln!(
             f,
@@ -276,7 +411,10 @@ impl fmt::Display for LoadReport {
                 opt(s.rss_bytes, |b| bytes(b as f64)),
                 opt(s.rss_bytes_per_connection, bytes),
             )?,
-            None => writeln!(f, "  server        /metrics not available")?,
+            None => writeln!(
+                f,
+                "  server        n/a: /metrics was not read at both ends of the window"
+            )?,
         }
         writeln!(
             f,

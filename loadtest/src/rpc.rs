@@ -1,24 +1,31 @@
 //! The rpc scenario: request/reply throughput. N clients each make M
 //! sequential Ping → Pong round trips as fast as the server answers; the
 //! report gives the total time, round trips per second and latency.
+//!
+//! The server's ping budget (`--pings-per-sec`, on by default) stops such
+//! a flood by design: when it does (an `Error` RATE_LIMITED or FLOOD, or
+//! close 1008), the run fails and says to start the server with
+//! `--pings-per-sec 0` for this benchmark.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 
-use amble::protocol::{self, pb};
+use amble::protocol::{self, ErrorCode, pb};
 use futures_util::{SinkExt as _, StreamExt as _};
 use prost::Message as _;
 use serde::{Deserialize, Serialize};
 use tokio::task::JoinSet;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use crate::console::{Console, Status};
-use crate::load::probe;
+use crate::load::{Control, probe};
 use crate::plan::{Plan, unix_ms};
-use crate::report::{Percentiles, SelfUsage, bytes, errors_line};
+use crate::report::{Percentiles, SelfUsage, bytes, errors_line, verdict};
 use crate::scrape::{self, ServerUsage};
 use crate::stats::{AtomicCounts, ErrorKind, Stats};
 use crate::{usage, wire};
@@ -26,8 +33,17 @@ use crate::{usage, wire};
 /// Bound on one round trip.
 const PONG_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// What the report says when the server's ping budget stopped the run.
+pub const PING_BUDGET: &str = "the server's ping budget stopped the rpc scenario: start the \
+     server with --pings-per-sec 0 (or AMBLE_PINGS_PER_SEC=0) for this benchmark";
+
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RpcReport {
+    /// Why the run failed (empty: it did not).
+    pub failures: Vec<String>,
+    /// Why the run was interrupted, if it was.
+    pub interrupted: Option<String>,
+    pub warnings: Vec<String>,
     pub url: String,
     pub clients: u32,
     pub connected: u32,
@@ -54,16 +70,20 @@ pub async fn run(
     plan: &Plan,
     clients: u32,
     round_trips: u32,
-    quiet: bool,
+    ctl: &Control,
 ) -> anyhow::Result<RpcReport> {
     anyhow::ensure!(
         (1..=10_000).contains(&clients),
         "--clients must be 1..=10000"
     );
-    let console = Console::new(quiet, None, 0);
-    let before = probe(&plan.target, &console).await?;
+    let probe = probe(&plan.target, ctl.check_fresh).await?;
+    let before = probe.before;
     let addr = plan.target.resolve().await?;
     let stats = Arc::new(Stats::default());
+    // Set when the server's ping budget refuses a ping, or when the run is
+    // stopped: every client stops at its next round trip.
+    let budget = Arc::new(AtomicBool::new(false));
+    let halt = Arc::new(AtomicBool::new(false));
 
     // Connect everyone first, so the timed part is round trips only.
     let mut sockets = Vec::new();
@@ -86,6 +106,7 @@ pub async fn run(
     let mut tasks = JoinSet::new();
     for mut ws in sockets {
         let stats = stats.clone();
+        let (budget, halt) = (budget.clone(), halt.clone());
         tasks.spawn(async move {
             let mut client = Client {
                 bytes_in: 0,
@@ -93,6 +114,9 @@ pub async fn run(
             };
             let mut msg = pb::ServerMessage::default();
             'trips: for _ in 0..round_trips {
+                if budget.load(Ordering::Relaxed) || halt.load(Ordering::Relaxed) {
+                    break;
+                }
                 let ping = protocol::encode_client(pb::client_message::Body::Ping(pb::Ping {
                     client_time_ms: unix_ms(SystemTime::now()),
                 }));
@@ -118,6 +142,13 @@ pub async fn run(
                             client.bytes_out += wire::frame_bytes(p.len(), true);
                             continue;
                         }
+                        Ok(Some(Ok(Message::Close(Some(close)))))
+                            if close.code == CloseCode::Policy =>
+                        {
+                            budget.store(true, Ordering::Relaxed);
+                            stats.with(|s| s.error(ErrorKind::Closed, 1));
+                            break 'trips;
+                        }
                         Ok(Some(Ok(_))) => continue,
                         Ok(None | Some(Err(_))) => {
                             stats.with(|s| s.error(ErrorKind::Closed, 1));
@@ -133,7 +164,11 @@ pub async fn run(
                     match msg.body.take() {
                         Some(pb::server_message::Body::Pong(_)) => break,
                         Some(pb::server_message::Body::Error(e)) => {
-                            stats.with(|s| s.server_error(e.code))
+                            stats.with(|s| s.server_error(e.code));
+                            if is_budget(e.code) {
+                                budget.store(true, Ordering::Relaxed);
+                                break 'trips;
+                            }
                         }
                         _ => {}
                     }
@@ -152,7 +187,10 @@ pub async fn run(
     }
 
     // Status while the round trips run; bounded by the per-trip timeouts.
-    let mut console = Console::new(quiet, None, u64::from(clients));
+    let mut console = Console::new(ctl.quiet, None, u64::from(clients), ctl.status_every);
+    let stopped = ctl.stop.stopped();
+    tokio::pin!(stopped);
+    let mut interrupted = None;
     let mut ticker = tokio::time::interval(Duration::from_millis(250));
     let mut totals = Client {
         bytes_in: 0,
@@ -169,6 +207,10 @@ pub async fn run(
                 Some(Err(_)) => {}
                 None => break,
             },
+            why = &mut stopped, if interrupted.is_none() => {
+                interrupted = Some(why.to_string());
+                halt.store(true, Ordering::Relaxed);
+            }
             _ = ticker.tick() => {
                 let counts = stats.counts();
                 let h = stats.merged(|l| &l.rpc);
@@ -195,6 +237,20 @@ pub async fn run(
     };
     let counts = stats.counts();
     let total_s = total.as_secs_f64();
+    let mut failures = Vec::new();
+    if budget.load(Ordering::Relaxed) {
+        failures.push(PING_BUDGET.to_string());
+    }
+    if connected < clients {
+        failures.push(format!(
+            "{} of {clients} clients could not connect",
+            clients - connected
+        ));
+    }
+    let mut warnings = probe.warnings;
+    if start_sample.is_some() && end_sample.is_none() {
+        warnings.push("the server's /metrics stopped answering during the run".into());
+    }
     let server = match (&start_sample, &end_sample) {
         (Some(a), Some(b)) => Some(ServerUsage::between(
             before.as_ref(),
@@ -205,6 +261,9 @@ pub async fn run(
         _ => None,
     };
     Ok(RpcReport {
+        failures,
+        interrupted,
+        warnings,
         url: plan.target.url.clone(),
         clients,
         connected,
@@ -235,8 +294,21 @@ pub async fn run(
     })
 }
 
+/// Whether a server error code is its budget refusing a ping.
+fn is_budget(code: i32) -> bool {
+    [ErrorCode::RateLimited, ErrorCode::Flood]
+        .iter()
+        .any(|&c| c as i32 == code)
+}
+
 impl fmt::Display for RpcReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        verdict(
+            f,
+            self.interrupted.as_deref(),
+            &self.failures,
+            &self.warnings,
+        )?;
         writeln!(
             f,
             "amble rpc: {} clients x {} sequential Ping/Pong round trips ({})",

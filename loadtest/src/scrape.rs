@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
-use crate::plan::Target;
+use crate::plan::{Schedule, Target};
 
 /// Bound on a whole scrape: connect, request, response.
 const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -142,6 +142,135 @@ fn dechunk(mut body: &str) -> anyhow::Result<String> {
     }
 }
 
+/// What a sample taken before the first bot connected says about the
+/// figures to come: warnings when the server was not fresh.
+pub fn freshness(before: &Sample) -> Vec<String> {
+    let open = before.get("amble_connections").unwrap_or(0.0).max(0.0) as u64;
+    let members = before.get("amble_members").unwrap_or(0.0).max(0.0) as u64;
+    let accepted = before
+        .get("amble_connections_accepted_total")
+        .unwrap_or(0.0)
+        .max(0.0) as u64;
+    let mut warnings = Vec::new();
+    if open > 0 || members > 0 {
+        warnings.push(format!(
+            "the server was busy: {open} connections open and {members} members in rooms before              the first bot connected; its CPU, memory per connection, latency and delivery              figures include their load. Use a fresh server for figures."
+        ));
+    }
+    if accepted > open {
+        warnings.push(format!(
+            "the server was reused: it had accepted {accepted} connections before this run; its              memory per connection is understated (its allocator reuses what earlier              connections freed) and its CPU figures may include their leftovers. Restart it              for figures."
+        ));
+    }
+    warnings
+}
+
+/// Time between readings of `/metrics` during a run, to notice when it
+/// stops answering.
+const CHECK_EVERY: Duration = Duration::from_secs(5);
+
+/// The server's metrics over a run: read at the window's start and end, and
+/// every few seconds in between to say when `/metrics` stops answering.
+pub struct Watch {
+    end: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Window>,
+}
+
+/// What a [`Watch`] read.
+#[derive(Debug, Default)]
+pub struct Window {
+    pub start: Option<Sample>,
+    pub end: Option<Sample>,
+    /// When and why `/metrics` first failed to answer, if it did.
+    pub lost: Option<String>,
+}
+
+/// Whether `/metrics` answers, and saying so when that changes.
+struct Health {
+    origin: Instant,
+    failing: bool,
+}
+
+impl Health {
+    fn observe(&mut self, result: anyhow::Result<Sample>, window: &mut Window) -> Option<Sample> {
+        let at = self.origin.elapsed().as_secs_f64();
+        match result {
+            Ok(sample) => {
+                if self.failing {
+                    self.failing = false;
+                    eprintln!("the server's /metrics answers again ({at:.1} s into the run)");
+                }
+                Some(sample)
+            }
+            Err(err) => {
+                if !self.failing {
+                    self.failing = true;
+                    let what = format!(
+                        "the server's /metrics stopped answering {at:.1} s into the run ({err:#})"
+                    );
+                    eprintln!("warning: {what}");
+                    window.lost.get_or_insert(what);
+                }
+                None
+            }
+        }
+    }
+}
+
+impl Watch {
+    /// Starts reading; warnings go to stderr as they happen.
+    pub fn start(target: Target, schedule: Schedule) -> Self {
+        let (end, mut ended) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut window = Window::default();
+            let mut health = Health {
+                origin: schedule.origin,
+                failing: false,
+            };
+            let mut started = false;
+            let mut next_check = Instant::now() + CHECK_EVERY;
+            loop {
+                let stop = tokio::select! {
+                    biased;
+                    () = async { drop(ended.wait_for(|e| *e).await) } => true,
+                    () = tokio::time::sleep_until(schedule.window_start.into()), if !started => {
+                        started = true;
+                        let sample = health.observe(scrape(&target).await, &mut window);
+                        window.start = sample;
+                        continue;
+                    }
+                    () = tokio::time::sleep_until(schedule.window_end.into()), if started => true,
+                    () = tokio::time::sleep_until(next_check.into()) => {
+                        next_check = Instant::now() + CHECK_EVERY;
+                        let _ = health.observe(scrape(&target).await, &mut window);
+                        continue;
+                    }
+                };
+                if stop {
+                    if started {
+                        let sample = health.observe(scrape(&target).await, &mut window);
+                        window.end = sample;
+                    }
+                    return window;
+                }
+            }
+        });
+        Self { end, task }
+    }
+
+    /// Ends the window now: the run ended early.
+    pub fn end_now(&self) {
+        self.end.send_replace(true);
+    }
+
+    /// Ends the window now (if the run ended early) and returns what was
+    /// read.
+    pub async fn finish(self) -> Window {
+        self.end.send_replace(true);
+        self.task.await.unwrap_or_default()
+    }
+}
+
 /// What the server spent over a window, from two samples.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServerUsage {
@@ -250,6 +379,34 @@ garbage line
         assert_eq!(u.rss_bytes_per_connection, Some(2000.0));
         assert_eq!(u.frames_sent, Some(100));
         assert_eq!(u.moves_applied, None);
+    }
+
+    #[test]
+    fn a_busy_or_reused_server_is_named() {
+        let fresh = Sample::parse("amble_connections 0\namble_connections_accepted_total 0\n");
+        assert!(freshness(&fresh).is_empty());
+        assert!(freshness(&Sample::default()).is_empty());
+        let busy = Sample::parse(
+            "amble_connections 3\namble_members 2\namble_connections_accepted_total 3\n",
+        );
+        let w = freshness(&busy);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("busy: 3 connections open and 2 members"),
+            "{w:?}"
+        );
+        assert!(w[0].contains("memory per connection"), "{w:?}");
+        let reused = Sample::parse("amble_connections 0\namble_connections_accepted_total 1500\n");
+        let w = freshness(&reused);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("reused: it had accepted 1500 connections"),
+            "{w:?}"
+        );
+        assert!(
+            w[0].contains("memory per connection is understated"),
+            "{w:?}"
+        );
     }
 
     #[test]

@@ -87,6 +87,8 @@ counters! {
     live_bytes_in,
     /// Ping/Pong round trips completed (rpc scenario).
     round_trips,
+    /// Bots whose connection the server closed (or that failed) before the run's end.
+    disconnected,
 }
 
 impl AtomicCounts {
@@ -179,6 +181,18 @@ impl ErrorKind {
             Self::UnmatchedEcho => "unmatched_echo",
             Self::CloseTimeout => "close_timeout",
         }
+    }
+
+    /// Whether this kind ends a joined bot's session before the run's end.
+    pub fn is_session_end(name: &str) -> bool {
+        [
+            Self::Closed,
+            Self::ReadFailed,
+            Self::SendFailed,
+            Self::SendTimeout,
+        ]
+        .iter()
+        .any(|k| k.name() == name)
     }
 
     /// Whether this kind means a bot never got into its room.
@@ -404,6 +418,17 @@ pub struct Tally {
     pub connected_at_start: u64,
     /// Bots in their room when the window closed.
     pub connected: u64,
+    /// The fewest bots in their rooms at any reading during the window
+    /// (`None`: the window never opened).
+    pub connected_min: Option<u64>,
+    /// Time measured in the window, ms (its length unless the run ended
+    /// early).
+    pub measured_ms: u64,
+    /// Why the run was interrupted, if it was.
+    pub interrupted: Option<String>,
+    /// Time from the schedule's start at which every bot was gone, if the
+    /// run stopped early for that.
+    pub all_gone_ms: Option<u64>,
     pub counts: Counts,
     pub errors: BTreeMap<String, u64>,
     pub latency: HistogramBuckets,
@@ -420,6 +445,16 @@ impl Tally {
         self.bots += other.bots;
         self.connected_at_start += other.connected_at_start;
         self.connected += other.connected;
+        self.connected_min = match (self.connected_min, other.connected_min) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        self.measured_ms = self.measured_ms.max(other.measured_ms);
+        if self.interrupted.is_none() {
+            self.interrupted.clone_from(&other.interrupted);
+        }
+        // The parent keeps this only if every process's bots were gone.
+        self.all_gone_ms = self.all_gone_ms.max(other.all_gone_ms);
         self.counts.add(&other.counts);
         for (k, v) in &other.errors {
             *self.errors.entry(k.clone()).or_default() += v;

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::load;
+use crate::load::{self, Control};
 use crate::plan::{Plan, run_tag};
-use crate::report::{LoadReport, Percentiles};
+use crate::report::{LoadReport, Percentiles, verdict};
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SweepRow {
@@ -19,7 +19,8 @@ pub struct SweepRow {
     pub moves_sent: u64,
     pub updates_expected: u64,
     pub updates_received: u64,
-    pub delivery_rate: f64,
+    /// `None` when nothing was expected (a lone bot).
+    pub delivery_rate: Option<f64>,
     pub duplicates: u64,
     pub latency_ms: Percentiles,
     pub echo_latency_ms: Percentiles,
@@ -30,6 +31,12 @@ pub struct SweepRow {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct SweepReport {
+    /// Why the sweep failed, room size by room size (empty: it did not).
+    pub failures: Vec<String>,
+    /// Why the sweep was interrupted, if it was (the rows measured so far
+    /// follow).
+    pub interrupted: Option<String>,
+    pub warnings: Vec<String>,
     pub url: String,
     pub move_interval_ms: u64,
     pub duration_s_per_size: f64,
@@ -71,12 +78,13 @@ impl fmt::Display for SweepRow {
         let no_echo = self.moves_sent == 0;
         write!(
             f,
-            "{:>9} {:>8} {:>10} {:>10} {:>8.3}% {:>8} {:>8} {:>9} {:>9} {:>11} {:>7}",
+            "{:>9} {:>8} {:>10} {:>10} {:>9} {:>8} {:>8} {:>9} {:>9} {:>11} {:>7}",
             self.room_size,
             self.moves_sent,
             self.updates_received,
             self.updates_expected,
-            self.delivery_rate * 100.0,
+            self.delivery_rate
+                .map_or("-".into(), |r| format!("{:.3}%", r * 100.0)),
             na(self.latency_ms.p50, none),
             na(self.latency_ms.p99, none),
             na(self.echo_latency_ms.p50, no_echo),
@@ -93,18 +101,23 @@ pub async fn run(
     base: &Plan,
     sizes: &[u32],
     per_size: Duration,
-    quiet: bool,
+    ctl: &Control,
 ) -> anyhow::Result<SweepReport> {
     anyhow::ensure!(!sizes.is_empty(), "--sweep-sizes is empty");
     anyhow::ensure!(
         sizes.iter().all(|&s| s <= 10_000),
         "sweep room sizes stop at 10000"
     );
-    if !quiet {
+    if !ctl.quiet {
         eprintln!("{HEADER}");
     }
     let mut rows = Vec::with_capacity(sizes.len());
-    for &size in sizes {
+    let (mut failures, mut warnings, mut interrupted) = (Vec::new(), Vec::new(), None);
+    for (i, &size) in sizes.iter().enumerate() {
+        if let Some(why) = ctl.stop.reason() {
+            interrupted = Some(why.to_string());
+            break;
+        }
         // Size 0 runs a lone bot: no receivers, only its echo.
         let bots = size.max(1);
         let plan = Plan {
@@ -120,14 +133,35 @@ pub async fn run(
             room_range: 0..1,
             ..base.clone()
         };
-        let report = load::alone(plan, true).await?;
+        // The server was fresh (or not) before the first size; the
+        // sizes after it find the connections of the sizes before.
+        let size_ctl = Control {
+            quiet: true,
+            check_fresh: i == 0,
+            ..ctl.clone()
+        };
+        let report = load::alone(plan, &size_ctl).await?;
         let row = SweepRow::of(size, &report);
-        if !quiet {
+        if !ctl.quiet {
             eprintln!("{row}");
         }
         rows.push(row);
+        failures.extend(
+            report
+                .failures
+                .iter()
+                .map(|f| format!("room size {size}: {f}")),
+        );
+        warnings.extend(report.warnings);
+        if let Some(why) = report.interrupted {
+            interrupted = Some(why);
+            break;
+        }
     }
     Ok(SweepReport {
+        failures,
+        interrupted,
+        warnings,
         url: base.target.url.clone(),
         move_interval_ms: base.move_interval_ms,
         duration_s_per_size: per_size.as_secs_f64(),
@@ -137,6 +171,12 @@ pub async fn run(
 
 impl fmt::Display for SweepReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        verdict(
+            f,
+            self.interrupted.as_deref(),
+            &self.failures,
+            &self.warnings,
+        )?;
         writeln!(
             f,
             "amble sweep: one room at a time, every member moving every {:.1} s, {:.0} s per size ({})",

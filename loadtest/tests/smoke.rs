@@ -1,14 +1,22 @@
 //! The load tester against the real server, started in-process on an
-//! ephemeral port: every delivery accounted for, the report consistent.
+//! ephemeral port: every delivery accounted for, the report consistent, and
+//! the truth told when the run goes wrong (the server gone, a signal, a
+//! busy server, a full room, the server's ping budget).
 
 use std::net::SocketAddr;
+use std::process::Stdio;
 use std::time::Duration;
 
+use amble::protocol::{self, pb};
 use clap::Parser as _;
+use futures_util::{SinkExt as _, StreamExt as _};
 use loadtest::{Opts, Report};
-use tokio::net::TcpListener;
+use prost::Message as _;
+use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::time::timeout;
+use tokio_tungstenite::tungstenite::Message;
 
 /// Bound on any one run in these tests.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
@@ -113,8 +121,12 @@ async fn fifty_bots_get_every_update() {
     // Everyone else in a room of 10 receives each move.
     assert_eq!(r.updates_expected, r.moves_applied * 9);
     assert_eq!(r.updates_received, r.updates_expected);
-    assert_eq!(r.delivery_rate, 1.0);
+    assert_eq!(r.delivery_rate, Some(1.0));
     assert_eq!(r.duplicates, 0);
+    assert!(r.failures.is_empty() && r.interrupted.is_none(), "{r:#?}");
+    assert!(r.warnings.is_empty(), "a fresh server: {:?}", r.warnings);
+    assert_eq!((r.connected_min, r.disconnected), (Some(50), 0));
+    assert!((r.measured_s - 2.0).abs() < 1e-9, "{}", r.measured_s);
 
     let l = r.latency_ms;
     assert!(
@@ -347,6 +359,7 @@ async fn processes_merge_and_thresholds_decide_exit_status() {
     assert!(out.status.success(), "exit {:?}: {stderr}", out.status);
     let stdout = String::from_utf8_lossy(&out.stdout);
     let json: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    assert_eq!(json["failures"], serde_json::json!([]), "{json:#}");
     assert_eq!(json["bots"], 40);
     assert_eq!(json["connected"], 40, "{json:#}");
     assert_eq!(json["loadtest"]["processes"], 2);
@@ -360,4 +373,492 @@ async fn processes_merge_and_thresholds_decide_exit_status() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--max-p99-ms"));
     server.stop().await;
+}
+
+/// The load tester binary, running; its stderr read line by line as it
+/// goes, its stdout collected.
+struct Bin {
+    child: tokio::process::Child,
+    stderr: tokio::io::Lines<BufReader<tokio::process::ChildStderr>>,
+    stdout: tokio::task::JoinHandle<String>,
+    seen: String,
+}
+
+/// How a run of the binary ended.
+struct Ended {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Bin {
+    fn start(args: &[&str]) -> Self {
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_loadtest"))
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the binary starts");
+        let mut out = child.stdout.take().expect("stdout");
+        let stdout = tokio::spawn(async move {
+            let mut text = String::new();
+            let _ = out.read_to_string(&mut text).await;
+            text
+        });
+        let stderr = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        Self {
+            child,
+            stderr,
+            stdout,
+            seen: String::new(),
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// Reads stderr until a line satisfies `pred`.
+    async fn until(&mut self, what: &str, pred: impl Fn(&str) -> bool) {
+        let found = timeout(RUN_TIMEOUT, async {
+            while let Ok(Some(line)) = self.stderr.next_line().await {
+                self.seen.push_str(&line);
+                self.seen.push('\n');
+                if pred(&line) {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert!(
+            matches!(found, Ok(true)),
+            "no {what} on stderr: {}",
+            self.seen
+        );
+    }
+
+    /// Waits for the end, bounded.
+    async fn finish(mut self) -> Ended {
+        timeout(RUN_TIMEOUT, async {
+            while let Ok(Some(line)) = self.stderr.next_line().await {
+                self.seen.push_str(&line);
+                self.seen.push('\n');
+            }
+            let status = self.child.wait().await.expect("wait");
+            Ended {
+                code: status.code(),
+                stdout: self.stdout.await.expect("stdout read"),
+                stderr: self.seen,
+            }
+        })
+        .await
+        .expect("the binary ends")
+    }
+}
+
+/// A status line of the measured window with `n` bots connected:
+/// `  1.2s window connected     20  moves/s ...`.
+fn window_with(n: u64) -> impl Fn(&str) -> bool {
+    move |line| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        words.get(1) == Some(&"window")
+            && words.get(2) == Some(&"connected")
+            && words.get(3).and_then(|w| w.parse::<u64>().ok()) == Some(n)
+    }
+}
+
+/// The server goes away mid-run: every bot is disconnected, the run stops
+/// early, exits non-zero, and its first report line says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_server_mid_run_fails_early_and_says_why() {
+    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.url();
+    let mut bin = Bin::start(&[
+        "--url",
+        &url,
+        "--bots",
+        "20",
+        "--room-size",
+        "10",
+        "--move-interval",
+        "200ms",
+        "--warmup",
+        "300ms",
+        "--duration",
+        "30s",
+        "--status-every",
+        "250ms",
+    ]);
+    bin.until("status line with every bot in the window", window_with(20))
+        .await;
+    server.stop().await;
+    let out = bin.finish().await;
+    assert_eq!(out.code, Some(2), "{}\n{}", out.stdout, out.stderr);
+    let first = out.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("FAILED: every bot was gone") && first.contains("stopped early"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("FAILED: the server disconnected 20 of 20 bots during the run"),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout
+            .contains("warning: the server's /metrics stopped answering"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains(" of 30 s measured"), "{}", out.stdout);
+    assert!(
+        out.stderr
+            .contains("loadtest: the run failed: every bot was gone"),
+        "{}",
+        out.stderr
+    );
+}
+
+/// SIGTERM (what `docker compose down` sends) stops the bots of every
+/// process and prints the report of what was measured, marked as
+/// interrupted; the exit status is 143.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_prints_the_interrupted_report() {
+    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.url();
+    let mut bin = Bin::start(&[
+        "--url",
+        &url,
+        "--bots",
+        "20",
+        "--room-size",
+        "10",
+        "--processes",
+        "2",
+        "--move-interval",
+        "200ms",
+        "--warmup",
+        "300ms",
+        "--duration",
+        "30s",
+        "--status-every",
+        "250ms",
+    ]);
+    bin.until("status line with every bot in the window", window_with(20))
+        .await;
+    let killed = tokio::process::Command::new("kill")
+        .args(["-TERM", &bin.pid().to_string()])
+        .status()
+        .await
+        .expect("kill runs");
+    assert!(killed.success());
+    let out = bin.finish().await;
+    assert_eq!(out.code, Some(143), "{}\n{}", out.stdout, out.stderr);
+    let first = out.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("INTERRUPTED by SIGTERM"),
+        "{}",
+        out.stdout
+    );
+    assert!(!out.stdout.contains("FAILED"), "{}", out.stdout);
+    assert!(out.stdout.contains(" of 30 s measured"), "{}", out.stdout);
+    assert!(
+        out.stdout.contains("connected     20 of 20 at the end"),
+        "{}",
+        out.stdout
+    );
+    assert!(out.stdout.contains("2 processes"), "{}", out.stdout);
+    // The bots closed: the server holds no connection of theirs.
+    let target = loadtest::plan::Target::parse(&url, false).unwrap();
+    let sample = timeout(RUN_TIMEOUT, loadtest::scrape::scrape(&target))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(sample.get("amble_members"), Some(0.0));
+    server.stop().await;
+}
+
+/// A WebSocket client of the test server.
+async fn person(url: &str) -> tokio_tungstenite::WebSocketStream<TcpStream> {
+    let target = loadtest::plan::Target::parse(url, false).expect("a loopback URL");
+    let addr = target.resolve().await.expect("an address");
+    timeout(RUN_TIMEOUT, async {
+        let stream = TcpStream::connect(addr).await.expect("connects");
+        let (ws, _) = tokio_tungstenite::client_async(url, stream)
+            .await
+            .expect("WebSocket opens");
+        ws
+    })
+    .await
+    .expect("connects in time")
+}
+
+/// The next message the server sends `ws`.
+async fn next_body(
+    ws: &mut tokio_tungstenite::WebSocketStream<TcpStream>,
+) -> Option<pb::server_message::Body> {
+    loop {
+        let frame = timeout(RUN_TIMEOUT, ws.next())
+            .await
+            .expect("a frame in time")?
+            .ok()?;
+        if let Message::Binary(bytes) = frame {
+            let msg = pb::ServerMessage::decode(&bytes[..]).expect("decodes");
+            if msg.body.is_some() {
+                return msg.body;
+            }
+        }
+    }
+}
+
+/// `--room lobby` puts every bot in the room a person is in: the person
+/// sees them arrive; the person is not counted as a bot; the report warns
+/// that the server was busy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bots_walk_in_a_named_room_beside_a_person() {
+    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.url();
+    let mut ada = person(&url).await;
+    let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
+        room: "lobby".into(),
+        name: "Ada".into(),
+        token: String::new(),
+    }));
+    ada.send(Message::Binary(join.into())).await.unwrap();
+    assert!(matches!(
+        next_body(&mut ada).await,
+        Some(pb::server_message::Body::Welcome(_))
+    ));
+
+    let report = run(opts(&[
+        "--url",
+        &url,
+        "--room",
+        "lobby",
+        "--bots",
+        "6",
+        "--move-interval",
+        "200ms",
+        "--duration",
+        "1s",
+        "--warmup",
+        "300ms",
+        "--quiet",
+    ]))
+    .await;
+    let Report::Load(r) = report else {
+        panic!("a load report")
+    };
+    assert_eq!((r.rooms, r.room_size, r.connected), (1, 6, 6), "{r:#?}");
+    assert!(r.failures.is_empty(), "{:?}", r.failures);
+    assert!(r.errors.is_empty(), "Ada is no bot: {:?}", r.errors);
+    assert_eq!(
+        r.updates_expected,
+        r.moves_applied * 5,
+        "Ada is not expected"
+    );
+    assert_eq!(r.delivery_rate, Some(1.0));
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    assert!(
+        r.warnings[0].contains("busy: 1 connections open and 1 members"),
+        "{:?}",
+        r.warnings
+    );
+    assert!(r.to_string().contains("warning: the server was busy"));
+
+    // Ada saw six bots join her room.
+    let mut bots = 0;
+    while bots < 6 {
+        match next_body(&mut ada).await {
+            Some(pb::server_message::Body::Joined(j)) => {
+                let name = j.member.map(|m| m.name).unwrap_or_default();
+                assert!(name.starts_with("bot"), "{name}");
+                bots += 1;
+            }
+            Some(_) => {}
+            None => panic!("Ada's connection ended after {bots} bots"),
+        }
+    }
+    server.stop().await;
+}
+
+/// More bots in one `--room` than the server's rooms hold is refused
+/// before any bot connects, with what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_too_small_for_the_bots_is_refused_up_front() {
+    let server = TestServer::start(&["--room-capacity", "5"]).await;
+    let url = server.url();
+    let err = timeout(
+        RUN_TIMEOUT,
+        loadtest::run(opts(&[
+            "--url", &url, "--room", "lobby", "--bots", "6", "--quiet",
+        ])),
+    )
+    .await
+    .expect("ends")
+    .expect_err("refused")
+    .to_string();
+    for part in [
+        "--room lobby puts all 6 bots in one room",
+        "hold at most 5 members",
+        "--rooms 2 --room-prefix lobby",
+        "--room-capacity 6",
+    ] {
+        assert!(err.contains(part), "{part}: {err}");
+    }
+    // Only the probe that read the limits connected.
+    let target = loadtest::plan::Target::parse(&url, false).unwrap();
+    let sample = loadtest::scrape::scrape(&target).await.unwrap();
+    assert_eq!(sample.get("amble_connections_accepted_total"), Some(1.0));
+    server.stop().await;
+}
+
+/// A server whose ping budget answers the first Ping with Error FLOOD and
+/// closes with 1008, as amble does over `--pings-per-sec`.
+#[allow(
+    clippy::result_large_err,
+    reason = "tungstenite's handshake callback returns its own error type"
+)]
+async fn budget_server() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local addr");
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // The load tester's reachability probe and its GET /metrics
+                // are not WebSockets: they fail here and are dropped.
+                use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
+                let amble_v1 = |_: &Request, mut response: Response| {
+                    response.headers_mut().insert(
+                        "Sec-WebSocket-Protocol",
+                        protocol::SUBPROTOCOL.parse().expect("a header value"),
+                    );
+                    Ok(response)
+                };
+                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(stream, amble_v1).await else {
+                    return;
+                };
+                while let Some(Ok(frame)) = ws.next().await {
+                    let Message::Binary(bytes) = frame else {
+                        continue;
+                    };
+                    let Ok(msg) = pb::ClientMessage::decode(&bytes[..]) else {
+                        return;
+                    };
+                    if let Some(pb::client_message::Body::Ping(_)) = msg.body {
+                        let error =
+                            protocol::encode_server(pb::server_message::Body::Error(pb::Error {
+                                code: protocol::ErrorCode::Flood as i32,
+                                message: "too many pings".into(),
+                            }));
+                        let _ = ws.send(Message::Binary(error)).await;
+                        let close = tokio_tungstenite::tungstenite::protocol::CloseFrame {
+                            code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Policy,
+                            reason: "flood".into(),
+                        };
+                        let _ = ws.close(Some(close)).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// The rpc scenario stopped by the server's ping budget says, first, how to
+/// turn the budget off for the benchmark, and exits non-zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rpc_stopped_by_the_ping_budget_says_how_to_turn_it_off() {
+    let addr = budget_server().await;
+    let url = format!("ws://{addr}/ws");
+    let out = Bin::start(&[
+        "--url",
+        &url,
+        "--scenario",
+        "rpc",
+        "--clients",
+        "2",
+        "--round-trips",
+        "100",
+        "--quiet",
+    ])
+    .finish()
+    .await;
+    assert_eq!(out.code, Some(2), "{}\n{}", out.stdout, out.stderr);
+    let first = out.stdout.lines().next().unwrap_or_default();
+    assert!(
+        first.starts_with("FAILED: the server's ping budget stopped the rpc scenario")
+            && first.contains("--pings-per-sec 0")
+            && first.contains("AMBLE_PINGS_PER_SEC=0"),
+        "{}",
+        out.stdout
+    );
+}
+
+/// The load tester raises its soft limit on open files to the hard limit,
+/// sizes itself against it, and when even that is too small says what to
+/// do.
+#[tokio::test]
+async fn open_file_limits_are_raised_and_explained() {
+    // A port nobody listens on: the run gets past its open-file checks to
+    // the server, and stops there.
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let url = format!("ws://{addr}/ws");
+    let exe = env!("CARGO_BIN_EXE_loadtest");
+    let shell = |limits: &str, args: &str| {
+        let script = format!("{limits} && exec {exe} --url {url} --quiet {args}");
+        async move {
+            timeout(
+                RUN_TIMEOUT,
+                tokio::process::Command::new("sh")
+                    .args(["-c", &script])
+                    .kill_on_drop(true)
+                    .output(),
+            )
+            .await
+            .expect("ends")
+            .expect("runs")
+        }
+    };
+    // A soft limit of 256 under a higher hard limit: 300 bots in one
+    // process, after raising it.
+    let out = shell("ulimit -Sn 256", "--bots 300 --processes 1").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("cannot reach the amble server"), "{stderr}");
+    assert!(!stderr.contains("open files"), "{stderr}");
+
+    // A hard limit of 256: one process cannot hold 300 bots.
+    let out = shell("ulimit -n 256", "--bots 300 --processes 1").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for part in [
+        "300 bots in one process need about 364 open files",
+        "at most 256 (hard limit 256)",
+        "`ulimit -n 364`",
+        "--processes 2",
+    ] {
+        assert!(stderr.contains(part), "{part}: {stderr}");
+    }
+
+    // Without --processes, the load tester spreads the rooms itself.
+    let out = shell("ulimit -n 256", "--bots 300").await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("300 bots run in 2 processes: one may open 256 files"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cannot reach the amble server"), "{stderr}");
 }
