@@ -154,12 +154,17 @@ pub fn freshness(before: &Sample) -> Vec<String> {
     let mut warnings = Vec::new();
     if open > 0 || members > 0 {
         warnings.push(format!(
-            "the server was busy: {open} connections open and {members} members in rooms before              the first bot connected; its CPU, memory per connection, latency and delivery              figures include their load. Use a fresh server for figures."
+            "the server was busy: {open} connections open and {members} members in rooms before \
+             the first bot connected; its CPU, memory per connection, latency and delivery \
+             figures include their load. Use a fresh server for figures."
         ));
     }
     if accepted > open {
         warnings.push(format!(
-            "the server was reused: it had accepted {accepted} connections before this run; its              memory per connection is understated (its allocator reuses what earlier              connections freed) and its CPU figures may include their leftovers. Restart it              for figures."
+            "the server was reused: it had accepted {accepted} connections before this run; its \
+             memory per connection is understated (its allocator reuses what earlier \
+             connections freed) and its CPU figures may include their leftovers. Restart it \
+             for figures."
         ));
     }
     warnings
