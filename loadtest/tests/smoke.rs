@@ -470,15 +470,12 @@ fn window_with(n: u64) -> impl Fn(&str) -> bool {
     }
 }
 
-/// The server goes away mid-run: every bot is disconnected, the run stops
-/// early, exits non-zero, and its first report line says why.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn losing_the_server_mid_run_fails_early_and_says_why() {
-    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
-    let url = server.url();
-    let mut bin = Bin::start(&[
+/// The binary running 20 bots in rooms of 10 with a 30 s window, once
+/// every bot is in the window.
+async fn twenty_bots_in_a_long_window(url: &str, extra: &[&str]) -> Bin {
+    let mut args = vec![
         "--url",
-        &url,
+        url,
         "--bots",
         "20",
         "--room-size",
@@ -491,9 +488,21 @@ async fn losing_the_server_mid_run_fails_early_and_says_why() {
         "30s",
         "--status-every",
         "250ms",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let mut bin = Bin::start(&args);
     bin.until("status line with every bot in the window", window_with(20))
         .await;
+    bin
+}
+
+/// The server goes away mid-run: every bot is disconnected, the run stops
+/// early, exits non-zero, and its first report line says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_server_mid_run_fails_early_and_says_why() {
+    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.url();
+    let bin = twenty_bots_in_a_long_window(&url, &[]).await;
     server.stop().await;
     let out = bin.finish().await;
     assert_eq!(out.code, Some(2), "{}\n{}", out.stdout, out.stderr);
@@ -531,26 +540,7 @@ async fn losing_the_server_mid_run_fails_early_and_says_why() {
 async fn sigterm_prints_the_interrupted_report() {
     let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
     let url = server.url();
-    let mut bin = Bin::start(&[
-        "--url",
-        &url,
-        "--bots",
-        "20",
-        "--room-size",
-        "10",
-        "--processes",
-        "2",
-        "--move-interval",
-        "200ms",
-        "--warmup",
-        "300ms",
-        "--duration",
-        "30s",
-        "--status-every",
-        "250ms",
-    ]);
-    bin.until("status line with every bot in the window", window_with(20))
-        .await;
+    let bin = twenty_bots_in_a_long_window(&url, &["--processes", "2"]).await;
     let killed = tokio::process::Command::new("kill")
         .args(["-TERM", &bin.pid().to_string()])
         .status()
