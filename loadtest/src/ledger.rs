@@ -129,10 +129,10 @@ impl Board {
     /// A bot left; a later bot with the same id registers anew.
     pub fn unregister(&self, id: MemberId, trail: &Arc<Trail>) {
         let mut trails = self.trails();
-        if let Some(slot) = trails.get_mut(id.0 as usize) {
-            if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, trail)) {
-                *slot = None;
-            }
+        if let Some(slot) = trails.get_mut(id.0 as usize)
+            && slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, trail))
+        {
+            *slot = None;
         }
     }
 
@@ -302,13 +302,12 @@ impl Ledger {
         out: &mut FrameTally,
     ) {
         self.reset(members);
-        if let Some(motion) = mine {
-            if let Ok(Some(sent)) = self.own.echo(&motion) {
-                if sent.in_window {
-                    out.applied += 1;
-                    out.expected += u64::from(self.count.saturating_sub(1));
-                }
-            }
+        if let Some(motion) = mine
+            && let Ok(Some(sent)) = self.own.echo(&motion)
+            && sent.in_window
+        {
+            out.applied += 1;
+            out.expected += u64::from(self.count.saturating_sub(1));
         }
     }
 

@@ -104,12 +104,12 @@ impl Report {
                 )),
                 _ => {}
             }
-            if let (Some(max), Some(p99)) = (opts.max_p99_ms, p99) {
-                if p99 > max {
-                    missed.push(format!(
-                        "{what}p99 latency {p99:.2} ms is above --max-p99-ms {max}"
-                    ));
-                }
+            if let (Some(max), Some(p99)) = (opts.max_p99_ms, p99)
+                && p99 > max
+            {
+                missed.push(format!(
+                    "{what}p99 latency {p99:.2} ms is above --max-p99-ms {max}"
+                ));
             }
         };
         match self {
@@ -151,13 +151,13 @@ pub async fn run_with(
                 Some(exe) => exe,
                 None => std::env::current_exe().context("locating this binary to re-execute")?,
             };
-            if opts.processes.is_none() {
-                if let Some(files) = files {
-                    eprintln!(
-                        "note: {} bots run in {} processes: one may open {} files (`ulimit -n`)",
-                        plan.bots, plan.processes, files.soft
-                    );
-                }
+            if opts.processes.is_none()
+                && let Some(files) = files
+            {
+                eprintln!(
+                    "note: {} bots run in {} processes: one may open {} files (`ulimit -n`)",
+                    plan.bots, plan.processes, files.soft
+                );
             }
             Ok(Report::Load(load::parent(plan, exe, &ctl).await?))
         }

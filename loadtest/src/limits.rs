@@ -38,12 +38,12 @@ pub fn current() -> Option<OpenFiles> {
 /// inherit it) and returns the limits it leaves.
 pub fn raise() -> Option<OpenFiles> {
     let before = current()?;
-    if before.soft < before.hard {
-        if let Err(err) = rlimit::increase_nofile_limit(before.hard) {
-            // An unlimited hard limit cannot be the soft limit of open files
-            // on Linux: the kernel's own ceiling is.
-            let _ = raise_to_kernel_ceiling(err);
-        }
+    if before.soft < before.hard
+        && let Err(err) = rlimit::increase_nofile_limit(before.hard)
+    {
+        // An unlimited hard limit cannot be the soft limit of open files
+        // on Linux: the kernel's own ceiling is.
+        let _ = raise_to_kernel_ceiling(err);
     }
     current()
 }

@@ -261,8 +261,7 @@ pub async fn engine(
         }
     }
     if interrupted.is_some() || all_gone_ms.is_some() {
-        on_early_end();
-        run.halt();
+        // Read before the bots are told to close: closing is not a loss.
         if cpu_start.is_some() && cpu_end.is_none() {
             cpu_end = usage::cpu_seconds().or(Some(0.0));
             rss = usage::rss_bytes().unwrap_or(0);
@@ -270,6 +269,8 @@ pub async fn engine(
             connected_min = connected_min.map(|m| m.min(connected));
             measured_ms = millis(schedule.window_start.elapsed());
         }
+        on_early_end();
+        run.halt();
     }
     on_status(&Status::of(&run));
     let tally = Tally {
@@ -460,10 +461,10 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
         tokio::spawn(async move {
             let mut reader = BufReader::new(stdout).lines();
             while let Ok(Some(line)) = reader.next_line().await {
-                if let Ok(parsed) = serde_json::from_str::<ChildLine>(&line) {
-                    if tx.send((k, parsed)).await.is_err() {
-                        break;
-                    }
+                if let Ok(parsed) = serde_json::from_str::<ChildLine>(&line)
+                    && tx.send((k, parsed)).await.is_err()
+                {
+                    break;
                 }
             }
         });

@@ -61,11 +61,11 @@ async fn main() -> ExitCode {
     } else {
         println!("{report}");
     }
-    if let Some(path) = &opts.json {
-        if let Err(err) = write_json(&report, path) {
-            eprintln!("loadtest: {err:#}");
-            return ExitCode::from(FAILED);
-        }
+    if let Some(path) = &opts.json
+        && let Err(err) = write_json(&report, path)
+    {
+        eprintln!("loadtest: {err:#}");
+        return ExitCode::from(FAILED);
     }
     if let Some(why) = report.interrupted() {
         eprintln!("loadtest: interrupted by {why}");

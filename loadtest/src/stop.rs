@@ -64,10 +64,10 @@ impl Stop {
     pub fn on_signals(&self) {
         use tokio::signal::unix::{Signal, SignalKind, signal};
         async fn recv(term: &mut Option<Signal>) {
-            if let Some(t) = term {
-                if t.recv().await.is_some() {
-                    return;
-                }
+            if let Some(t) = term
+                && t.recv().await.is_some()
+            {
+                return;
             }
             std::future::pending().await
         }
