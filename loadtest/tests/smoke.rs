@@ -30,12 +30,26 @@ struct TestServer {
 
 impl TestServer {
     async fn start(args: &[&str]) -> Self {
+        let config =
+            amble::config::Config::parse_from(std::iter::once("amble").chain(args.iter().copied()));
+        Self::with(config).await
+    }
+
+    /// A server whose ping budget (`--pings-per-sec`) is off, as the rpc
+    /// scenario needs; a server without that budget as it is.
+    async fn without_ping_budget() -> Self {
+        let args = ["amble", "--pings-per-sec", "0"];
+        match amble::config::Config::try_parse_from(args) {
+            Ok(config) => Self::with(config).await,
+            Err(_) => Self::start(&[]).await,
+        }
+    }
+
+    async fn with(config: amble::config::Config) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1:0");
         let addr = listener.local_addr().expect("local addr");
-        let config =
-            amble::config::Config::parse_from(std::iter::once("amble").chain(args.iter().copied()));
         let (stop, stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(amble::serve(listener, config, async {
             let _ = stopped.await;
@@ -237,7 +251,7 @@ async fn wander_and_chat() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpc_round_trips() {
-    let server = TestServer::start(&[]).await;
+    let server = TestServer::without_ping_budget().await;
     let url = server.url();
     let opts = opts(&[
         "--url",
