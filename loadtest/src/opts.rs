@@ -46,8 +46,9 @@ pub struct Opts {
     pub allow_remote: bool,
 
     /// What to measure: `load` runs bots in rooms; `rpc` measures
-    /// request/reply throughput with Ping/Pong; `sweep` measures latency
-    /// against room size.
+    /// request/reply throughput with Ping/Pong (start the server with
+    /// --pings-per-sec 0: its ping budget stops a flood of pings); `sweep`
+    /// measures latency against room size.
     #[arg(long, value_enum, default_value_t = Scenario::Load)]
     pub scenario: Scenario,
 
