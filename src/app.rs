@@ -22,6 +22,7 @@ use tracing::Instrument as _;
 use tracing::debug;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
+use crate::addresses::Addresses;
 use crate::auth::Gate;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -41,6 +42,8 @@ pub struct Shared {
     pub clock: Clock,
     pub metrics: Arc<Metrics>,
     pub rooms: Arc<Rooms>,
+    /// Client addresses: per-address caps and join budgets.
+    pub addresses: Arc<Addresses>,
     /// One permit per open connection.
     pub connection_slots: Arc<Semaphore>,
     /// Cancelled when the server shuts down.
@@ -89,6 +92,13 @@ async fn upgrade(
             return response;
         }
     };
+    let client = match shared.addresses.admit_upgrade(peer.ip(), request.headers()) {
+        Ok(client) => client,
+        Err(refusal) => {
+            debug!(%peer, %refusal, "WebSocket upgrade refused");
+            return (StatusCode::TOO_MANY_REQUESTS, format!("{refusal}\n")).into_response();
+        }
+    };
     let offers_ours = request
         .headers()
         .get_all(header::SEC_WEBSOCKET_PROTOCOL)
@@ -118,6 +128,7 @@ async fn upgrade(
     let span = tracing::debug_span!(
         "conn",
         %peer,
+        client = %client.ip,
         room = tracing::field::Empty,
         member = tracing::field::Empty
     );
@@ -140,7 +151,7 @@ async fn upgrade(
             let io = WsIo(Arc::clone(&outbox));
             let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(ws_config)).await;
             match permit {
-                Some(permit) => connection::run(socket, outbox, shared, permit).await,
+                Some(permit) => connection::run(socket, outbox, shared, permit, client).await,
                 None => connection::refuse(socket, shared).await,
             }
             drop(tracked);
@@ -164,7 +175,7 @@ async fn upgrade(
 
 /// Checks an opening handshake and returns its `Sec-WebSocket-Accept`, or
 /// the status and reason to refuse it with.
-fn accept_key(
+pub(crate) fn accept_key(
     version: Version,
     headers: &HeaderMap,
 ) -> Result<HeaderValue, (StatusCode, &'static str)> {

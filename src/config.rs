@@ -77,8 +77,10 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub room_capacity: u32,
 
-    /// Most open WebSocket connections; more are refused with 1013.
-    /// (A process here may hold at most 20,000 open files.)
+    /// Most open WebSocket connections; more are refused with 1013. Each
+    /// takes one open file: when the process's open-file limit cannot hold
+    /// this many plus --max-http-connections, the server serves fewer and
+    /// says so at start (`amble_connection_cap` in /metrics).
     #[arg(long, env = "AMBLE_MAX_CONNECTIONS", default_value_t = 19_000,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
@@ -137,6 +139,67 @@ pub struct Config {
     pub workers: u16,
 
     // ---- Connections before the WebSocket: HTTP deadlines, caps, origins, proxies ----
+    /// A client has this many milliseconds from connecting (or from the
+    /// first byte of its next request) to send a whole request head; then
+    /// it gets 408 and is closed.
+    #[arg(long, env = "AMBLE_HTTP_HEADER_TIMEOUT_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_header_timeout_ms: u64,
+
+    /// Largest request head (request line and headers), bytes; a larger
+    /// one gets 431 and is closed.
+    #[arg(long, env = "AMBLE_HTTP_MAX_HEADER_BYTES", default_value_t = 16_384,
+          value_parser = clap::value_parser!(u32).range(1_024..=1_048_576))]
+    pub http_max_header_bytes: u32,
+
+    /// A kept-alive HTTP connection that starts no new request for this
+    /// many milliseconds is closed (also a response the client does not
+    /// read for this long).
+    #[arg(long, env = "AMBLE_HTTP_IDLE_TIMEOUT_MS", default_value_t = 30_000,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_idle_timeout_ms: u64,
+
+    /// Most connections that are not (yet) WebSockets: plain HTTP and
+    /// upgrades in progress. When full, a newcomer is served and the
+    /// connection that has waited longest for a request head is closed.
+    #[arg(long, env = "AMBLE_MAX_HTTP_CONNECTIONS", default_value_t = 1_024,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_http_connections: u32,
+
+    /// Most open connections (HTTP and WebSocket) from one client address
+    /// (IPv6: one /64 network); more are refused with 429.
+    #[arg(long, env = "AMBLE_MAX_CONNECTIONS_PER_IP", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_ip: u32,
+
+    /// Joins one client address may make across all its sockets: one per
+    /// this many milliseconds...
+    #[arg(long, env = "AMBLE_IP_JOIN_INTERVAL_MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ip_join_interval_ms: u32,
+
+    /// ...after a burst of this many.
+    #[arg(long, env = "AMBLE_IP_JOIN_BURST", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ip_join_burst: u32,
+
+    /// Reverse proxies (CIDR list, e.g. `10.0.0.0/8,::1/128`) whose
+    /// forwarding header names the client. Other peers are the client.
+    #[arg(long, env = "AMBLE_TRUSTED_PROXIES", value_delimiter = ',')]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+
+    /// The header the trusted proxies append the client address to (the
+    /// other one is ignored, since a client could have written it).
+    #[arg(long, env = "AMBLE_FORWARDED_HEADER", value_enum,
+          default_value_t = ForwardedHeader::XForwardedFor)]
+    pub forwarded_header: ForwardedHeader,
+
+    /// Exempt loopback clients (127.0.0.0/8, ::1) from the per-address
+    /// limits, so a local load test or proxy is not throttled.
+    #[arg(long, env = "AMBLE_EXEMPT_LOOPBACK", default_value_t = true,
+          value_parser = clap::builder::BoolishValueParser::new(),
+          action = clap::ArgAction::Set)]
+    pub exempt_loopback: bool,
 
     // ---- What a client may send: pings, fragments, text ----
 
@@ -246,6 +309,15 @@ pub fn parse_ttl(text: &str) -> Result<Duration, String> {
     Ok(ttl)
 }
 
+/// Where a trusted proxy writes the client address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, ...` (nginx, Caddy, HAProxy, cloud load balancers).
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+}
+
 impl Default for Config {
     fn default() -> Self {
         Self::parse_from(["amble"])
@@ -300,6 +372,14 @@ impl Config {
 
     pub fn chat_interval(&self) -> Duration {
         Duration::from_millis(u64::from(self.chat_interval_ms))
+    }
+
+    pub fn http_header_timeout(&self) -> Duration {
+        Duration::from_millis(self.http_header_timeout_ms)
+    }
+
+    pub fn http_idle_timeout(&self) -> Duration {
+        Duration::from_millis(self.http_idle_timeout_ms)
     }
 }
 

@@ -22,6 +22,7 @@ use tracing::{debug, trace};
 use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
 
+use crate::addresses::Client;
 use crate::app::Shared;
 use crate::fanout::Frame;
 use crate::outbox::{Event, Outbox, WsIo};
@@ -120,6 +121,8 @@ struct Connection {
     strikes: Gcra,
     deferred: Option<Deferred>,
     last_inbound: Instant,
+    /// The client's address: its joins count against that address's budget.
+    client: Client,
 }
 
 /// Serves one upgraded socket until it ends. `permit` is the connection's
@@ -129,6 +132,7 @@ pub async fn run(
     outbox: Arc<Outbox<Io>>,
     shared: Arc<Shared>,
     permit: tokio::sync::OwnedSemaphorePermit,
+    client: Client,
 ) {
     let config = &shared.config;
     let mut conn = Connection {
@@ -149,6 +153,7 @@ pub async fn run(
         membership: None,
         deferred: None,
         last_inbound: Instant::now(),
+        client,
         shared: Arc::clone(&shared),
     };
     shared.metrics.connections.inc();
@@ -432,6 +437,11 @@ impl Connection {
                     Ok(admitted) => admitted,
                     Err((code, text)) => return self.refuse(code, text).await,
                 };
+                if let Err(at) = self.shared.addresses.admit_join(&self.client, now) {
+                    let wait = at.saturating_duration_since(now).as_millis();
+                    let text = format!("too many joins from your address: try again in {wait} ms");
+                    return self.refuse(ErrorCode::RateLimited, text).await;
+                }
                 let sink = Arc::clone(&self.outbox);
                 match self.shared.rooms.join_as(&room, name, user, sink).await {
                     Ok(m) => {

@@ -14,18 +14,24 @@
 //!   socket's write side, which rooms write into directly.
 //! - [`connection`]: one task per socket.
 //! - [`auth`]: who may join: signed tokens (JWT) on `Join`.
+//! - [`listener`]: the accept loop and the open-file budget; [`http`]: one
+//!   HTTP connection before it is a WebSocket (deadlines, sizes, the pool);
+//!   [`addresses`]: client addresses behind proxies, per-address limits.
 //! - [`app`]: routes and shared state; [`web`]: the embedded browser client.
 //! - [`metrics`], [`config`], [`clock`].
 //!
 //! [`serve`] runs the whole server on a listener until a shutdown future
 //! completes, which is how both `main` and the tests start it.
 
+pub mod addresses;
 pub mod app;
 pub mod auth;
 pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod fanout;
+pub mod http;
+pub mod listener;
 pub mod metrics;
 pub mod outbox;
 pub mod protocol;
@@ -37,16 +43,18 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tracing::{info, warn};
 
+use crate::addresses::Addresses;
 use crate::app::Shared;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::http::Http;
+use crate::listener::{Capacity, RESERVED_FILES};
 use crate::metrics::Metrics;
 use crate::protocol::Position;
 use crate::room::{RoomSettings, Rooms};
@@ -71,9 +79,85 @@ pub async fn serve(
             "tokens required: every Join must carry a token signed with the configured key"
         ),
     }
+    let open_files = listener::open_files_limit();
+    let capacity = Capacity::fit(
+        open_files,
+        config.max_connections,
+        config.max_http_connections,
+    );
+    if capacity.lowered {
+        warn!(
+            open_files = open_files.unwrap_or_default(),
+            websockets = capacity.websockets,
+            http = capacity.http,
+            "the open-file limit ({limit}) cannot hold --max-connections {ws} + \
+             --max-http-connections {http} + {RESERVED_FILES} for the server itself: serving at \
+             most {ews} WebSocket and {ehttp} HTTP connections. Raise the limit (`ulimit -n`, \
+             systemd LimitNOFILE=, docker --ulimit nofile=) or lower those flags",
+            limit = open_files.unwrap_or_default(),
+            ws = config.max_connections,
+            http = config.max_http_connections,
+            ews = capacity.websockets,
+            ehttp = capacity.http,
+        );
+    }
+    let (shared, http) = state(config, gate, capacity, open_files);
+    let config = Arc::clone(&shared.config);
+    let token = shared.shutdown.clone();
+    let ticker = tokio::spawn(Arc::clone(&shared.rooms).run_ticker(token.clone()));
+    let accept = tokio::spawn(listener::accept_loop(
+        listener,
+        Arc::clone(&http),
+        Arc::clone(&shared.addresses),
+        Arc::new(Semaphore::new(capacity.sockets())),
+        Arc::clone(&shared.metrics),
+        config.socket_send_buffer as usize,
+        token.clone(),
+    ));
+
+    shutdown.await;
+    let stop_by = tokio::time::Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
+    info!("shutting down: closing every connection with 1001");
+    shared.rooms.begin_shutdown();
+    token.cancel();
+    // The loop stops at once; it owns the listener, which closes with it.
+    let _ = accept.await;
+    // HTTP connections finish what they are answering (each within a short
+    // drain of its own); socket tasks close with 1001.
+    http.tasks.close();
+    shared.sockets.close();
+    let closed = async {
+        http.tasks.wait().await;
+        shared.sockets.wait().await;
+    };
+    if tokio::time::timeout_at(stop_by, closed).await.is_err() {
+        warn!(
+            websockets = shared.sockets.len(),
+            http = http.tasks.len(),
+            "shutdown timeout: some connections did not close in time"
+        );
+    }
+    let _ = ticker.await;
+    info!("stopped");
+    Ok(())
+}
+
+/// The shared state and HTTP side of a server, with no listener: [`serve`]
+/// builds it, and tests serve connections over in-memory pipes with it.
+pub(crate) fn state(
+    config: Config,
+    gate: auth::Gate,
+    capacity: Capacity,
+    open_files: Option<u64>,
+) -> (Arc<Shared>, Arc<Http>) {
     let config = Arc::new(config);
     let clock = Clock::start();
     let metrics = Arc::new(Metrics::default());
+    metrics.connection_cap.set(i64::from(capacity.websockets));
+    metrics.http_connection_cap.set(i64::from(capacity.http));
+    metrics
+        .open_files_limit
+        .set(open_files.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)));
     let rooms = Rooms::new(
         RoomSettings {
             tick: config.tick(),
@@ -92,78 +176,18 @@ pub async fn serve(
         clock,
         Arc::clone(&metrics),
     );
-    let token = CancellationToken::new();
     let shared = Arc::new(Shared {
         rules: config.rules(),
         gate,
         clock,
+        addresses: Addresses::new(&config, capacity.sockets(), Arc::clone(&metrics)),
         metrics,
-        rooms: Arc::clone(&rooms),
-        connection_slots: Arc::new(Semaphore::new(config.max_connections as usize)),
-        shutdown: token.clone(),
+        rooms,
+        connection_slots: Arc::new(Semaphore::new(capacity.websockets as usize)),
+        shutdown: CancellationToken::new(),
         sockets: TaskTracker::new(),
-        config: Arc::clone(&config),
+        config,
     });
-    let ticker = tokio::spawn(Arc::clone(&rooms).run_ticker(token.clone()));
-
-    let send_buffer = config.socket_send_buffer as usize;
-    let listener = listener.tap_io(move |tcp| {
-        // Small frames must not wait for Nagle's algorithm.
-        if let Err(err) = tcp.set_nodelay(true) {
-            warn!(%err, "TCP_NODELAY");
-        }
-        if send_buffer > 0
-            && let Err(err) = socket2::SockRef::from(&*tcp).set_send_buffer_size(send_buffer)
-        {
-            warn!(%err, "SO_SNDBUF");
-        }
-    });
-    let stop = token.clone();
-    let rooms_at_stop = Arc::clone(&rooms);
-    let app = app::router(Arc::clone(&shared))
-        .into_make_service_with_connect_info::<std::net::SocketAddr>();
-    let limit = Duration::from_millis(config.shutdown_timeout_ms);
-    let signalled = Arc::new(std::sync::OnceLock::new());
-    let signalled_at = Arc::clone(&signalled);
-    let server = axum::serve(listener, app)
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            let _ = signalled_at.set(tokio::time::Instant::now());
-            info!("shutting down: closing every connection with 1001");
-            rooms_at_stop.begin_shutdown();
-            stop.cancel();
-        })
-        .into_future();
-    // axum's graceful shutdown waits for every plain HTTP connection with no
-    // limit of its own, so the whole of shutdown runs under one deadline:
-    // the signal plus `shutdown_timeout_ms`.
-    let out_of_time = async {
-        token.cancelled().await;
-        tokio::time::sleep(limit).await;
-    };
-    tokio::select! {
-        served = server => served?,
-        () = out_of_time => warn!("shutdown timeout: HTTP connections still open, stopping anyway"),
-    }
-    let stop_by = signalled
-        .get()
-        .copied()
-        .unwrap_or_else(tokio::time::Instant::now)
-        + limit;
-
-    // axum has stopped accepting; the socket tasks are closing.
-    token.cancel();
-    shared.sockets.close();
-    if tokio::time::timeout_at(stop_by, shared.sockets.wait())
-        .await
-        .is_err()
-    {
-        warn!(
-            open = shared.sockets.len(),
-            "shutdown timeout: some connections did not close in time"
-        );
-    }
-    let _ = ticker.await;
-    info!("stopped");
-    Ok(())
+    let http = Http::new(Arc::clone(&shared), capacity.http as usize);
+    (shared, http)
 }

@@ -37,6 +37,19 @@ pub struct AuthLabels {
     pub reason: &'static str,
 }
 
+/// Labels of `amble_address_refusals_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LimitLabels {
+    /// `connections` or `joins`.
+    pub limit: String,
+}
+
+/// Labels of `amble_accept_errors_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     pub connections: Gauge,
@@ -59,6 +72,21 @@ pub struct Metrics {
     pub frames_dropped: Counter,
     pub rejected: Family<RejectLabels, Counter<u64, AtomicU64>>,
     // ---- HTTP and accept ----
+    /// Connections that are not (yet) WebSockets.
+    pub http_connections: Gauge,
+    /// Effective caps after the open-file limit, and that limit.
+    pub connection_cap: Gauge,
+    pub http_connection_cap: Gauge,
+    pub open_files_limit: Gauge,
+    pub http_header_timeouts: Counter,
+    pub http_idle_timeouts: Counter,
+    pub http_heads_too_large: Counter,
+    pub http_bad_requests: Counter,
+    pub http_evictions: Counter,
+    pub http_refused_full: Counter,
+    pub address_refusals: Family<LimitLabels, Counter<u64, AtomicU64>>,
+    pub forwarded_malformed: Counter,
+    pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
 
     // ---- Client input budgets ----
 
@@ -94,6 +122,24 @@ impl Metrics {
     pub fn auth_refuse(&self, reason: &'static str) {
         self.auth_refused
             .get_or_create(&AuthLabels { reason })
+            .inc();
+    }
+
+    /// Counts one refusal under a per-address limit.
+    pub fn address_refused(&self, limit: &str) {
+        self.address_refusals
+            .get_or_create(&LimitLabels {
+                limit: limit.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one failed accept.
+    pub fn accept_failed(&self, reason: &str) {
+        self.accept_errors
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
             .inc();
     }
 
@@ -204,6 +250,71 @@ impl Metrics {
                 self.rejected.clone(),
             );
             // ---- HTTP and accept ----
+            r.register(
+                "http_connections",
+                "Open connections that are not (yet) WebSockets",
+                self.http_connections.clone(),
+            );
+            r.register(
+                "connection_cap",
+                "WebSocket connections the server will hold (--max-connections, lowered to fit the open-file limit)",
+                self.connection_cap.clone(),
+            );
+            r.register(
+                "http_connection_cap",
+                "Non-WebSocket connections the server will hold (--max-http-connections, lowered to fit the open-file limit)",
+                self.http_connection_cap.clone(),
+            );
+            r.register(
+                "open_files_limit",
+                "The process's open-file limit (soft RLIMIT_NOFILE) at start",
+                self.open_files_limit.clone(),
+            );
+            r.register(
+                "http_header_timeouts",
+                "Connections closed (408) for not sending a request head in time",
+                self.http_header_timeouts.clone(),
+            );
+            r.register(
+                "http_idle_timeouts",
+                "Kept-alive HTTP connections closed as idle, or for not reading a response",
+                self.http_idle_timeouts.clone(),
+            );
+            r.register(
+                "http_heads_too_large",
+                "Requests refused (431) for a head over --http-max-header-bytes",
+                self.http_heads_too_large.clone(),
+            );
+            r.register(
+                "http_bad_requests",
+                "Connections closed for an unreadable request (400, HTTP/2 preface, broken framing)",
+                self.http_bad_requests.clone(),
+            );
+            r.register(
+                "http_evictions",
+                "Connections closed to make room: the one waiting longest for a request head",
+                self.http_evictions.clone(),
+            );
+            r.register(
+                "http_refused_full",
+                "Connections refused at accept (503): every socket slot held by WebSockets",
+                self.http_refused_full.clone(),
+            );
+            r.register(
+                "address_refusals",
+                "Refusals under a per-address limit (connections: 429; joins: RATE_LIMITED)",
+                self.address_refusals.clone(),
+            );
+            r.register(
+                "forwarded_malformed",
+                "Forwarding headers from trusted proxies that could not be read (the peer was used)",
+                self.forwarded_malformed.clone(),
+            );
+            r.register(
+                "accept_errors",
+                "Failed accepts, by reason (out_of_files: EMFILE/ENFILE, the server backs off)",
+                self.accept_errors.clone(),
+            );
 
             // ---- Client input budgets ----
 

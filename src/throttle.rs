@@ -56,6 +56,11 @@ impl Gcra {
         }
         verdict
     }
+
+    /// Whether the whole burst is available again at `now` (no debt left).
+    pub fn is_rested(&self, now: Instant) -> bool {
+        self.tat.is_none_or(|t| t <= now)
+    }
 }
 
 /// What to do with one incoming move or chat.
