@@ -29,7 +29,7 @@ use axum::http::{Request, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt as _, ReadBuf};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
 use tokio::sync::{OwnedSemaphorePermit, oneshot};
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::task::TaskTracker;
@@ -46,6 +46,11 @@ const DRAIN: Duration = Duration::from_secs(1);
 
 /// How long a status written to a connection being closed may take.
 const LAST_WORDS: Duration = Duration::from_millis(100);
+
+/// After refusing a request, how long and how much more of it is read
+/// (and dropped) before closing, so the refusal is not lost to a reset.
+const LINGER: Duration = Duration::from_millis(500);
+const LINGER_BYTES: usize = 64 * 1024;
 
 /// The HTTP side of the server: the router, hyper's settings, the pool.
 pub struct Http {
@@ -119,7 +124,7 @@ impl Http {
         let start = Instant::now();
         let watch = Arc::new(Watch::new(start));
         let mut evicted = self.pool.join(id, start);
-        let _member = Member {
+        let member = Member {
             pool: &self.pool,
             id,
         };
@@ -190,6 +195,9 @@ impl Http {
             }
         };
         let metrics = &self.shared.metrics;
+        // Refused requests: the client may still be sending.
+        let lingers = matches!(&end, End::Served(Err(err)) if err.is_parse())
+            || matches!(end, End::Expired(Expired::Head));
         let last_words = match end {
             End::Served(Ok(())) => None,
             End::Served(Err(err)) => {
@@ -239,14 +247,33 @@ impl Http {
                 None
             }
         };
-        if let Some((status, reason)) = last_words
-            && let Some(parts) = conn.into_parts()
-        {
-            let mut io = parts.io.into_inner().io;
+        // Out of the pool before any last words: they are not service.
+        drop(member);
+        let Some(parts) = conn.into_parts() else {
+            return;
+        };
+        let mut io = parts.io.into_inner().io;
+        if let Some((status, reason)) = last_words {
             let _ = timeout(LAST_WORDS, async {
                 io.write_all(status_response(status, &reason).as_bytes())
                     .await?;
                 io.shutdown().await
+            })
+            .await;
+        }
+        // Closing with unread bytes would reset the connection and could
+        // destroy the answer before the client reads it: read (and drop) a
+        // little of what is left first.
+        if lingers {
+            let _ = timeout(LINGER, async {
+                let mut left = LINGER_BYTES;
+                let mut sink = [0u8; 4_096];
+                while left > 0 {
+                    match io.read(&mut sink).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => left = left.saturating_sub(n),
+                    }
+                }
             })
             .await;
         }

@@ -1,1 +1,349 @@
 //! HTTP before the WebSocket: deadlines, sizes, caps, origins, the strict handshake.
+
+use std::time::Duration;
+
+use amble::protocol::pb::{self, client_message::Body as C};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::support::*;
+
+/// Writes `bytes` on a new connection and reads until the server closes.
+async fn exchange(server: &TestServer, bytes: &[u8]) -> String {
+    let mut tcp = within("connect", TcpStream::connect(server.addr))
+        .await
+        .expect("connect");
+    tcp.write_all(bytes).await.expect("write");
+    read_to_close(&mut tcp).await
+}
+
+/// Everything the server sends until it closes (a reset ends it too).
+async fn read_to_close(tcp: &mut TcpStream) -> String {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4_096];
+    within("the server to close", async {
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// A connection that has sent part of a request head and stalls there.
+async fn slowloris(server: &TestServer) -> TcpStream {
+    let mut tcp = within("connect", TcpStream::connect(server.addr))
+        .await
+        .expect("connect");
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: slow\r\nX-a: ")
+        .await
+        .expect("write");
+    tcp
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_head_that_never_ends_gets_408_at_the_header_deadline() {
+    let server = TestServer::with(config(|c| c.http_header_timeout_ms = 2_000)).await;
+    let mut tcp = slowloris(&server).await;
+    let started = Instant::now();
+    let response = read_to_close(&mut tcp).await;
+    assert!(response.starts_with("HTTP/1.1 408 "), "{response}");
+    assert!(response.contains("within 2000 ms"), "{response}");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1_900) && waited < Duration::from_secs(3),
+        "closed after {waited:?}"
+    );
+    assert_eq!(server.metric("amble_http_header_timeouts_total").await, 1.0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_connection_gets_the_header_deadline_too() {
+    let server = TestServer::with(config(|c| c.http_header_timeout_ms = 2_000)).await;
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    let response = read_to_close(&mut tcp).await;
+    assert!(response.starts_with("HTTP/1.1 408 "), "{response}");
+}
+
+#[tokio::test]
+async fn a_head_over_the_size_limit_gets_431() {
+    let server = TestServer::with(config(|c| c.http_max_header_bytes = 4_096)).await;
+    let big = format!(
+        "GET /healthz HTTP/1.1\r\nHost: test\r\nX-big: {}\r\n\r\n",
+        "a".repeat(8_000)
+    );
+    let response = exchange(&server, big.as_bytes()).await;
+    assert!(response.starts_with("HTTP/1.1 431 "), "{response}");
+    // Just under the limit is served.
+    let fits = format!(
+        "GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\nX-fits: {}\r\n\r\n",
+        "a".repeat(3_900)
+    );
+    let response = exchange(&server, fits.as_bytes()).await;
+    assert!(response.starts_with("HTTP/1.1 200 "), "{response}");
+    assert_eq!(server.metric("amble_http_heads_too_large_total").await, 1.0);
+}
+
+/// Today 200 sockets each parking 384 KiB of unfinished header cost 80 MiB:
+/// now each is refused once its head passes the default 16 KiB.
+#[tokio::test]
+async fn two_hundred_oversized_heads_are_each_refused_at_16_kib() {
+    let server = TestServer::start().await;
+    let head = format!(
+        "GET / HTTP/1.1\r\nHost: test\r\nX-big: {}",
+        "a".repeat(20_000)
+    );
+    let mut sockets = Vec::new();
+    for _ in 0..200 {
+        let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+        tcp.write_all(head.as_bytes()).await.expect("write");
+        sockets.push(tcp);
+    }
+    for tcp in &mut sockets {
+        let response = read_to_close(tcp).await;
+        assert!(response.starts_with("HTTP/1.1 431 "), "{response}");
+    }
+    assert_eq!(
+        server.metric("amble_http_heads_too_large_total").await,
+        200.0
+    );
+    settles(&server, "amble_http_connections", 1.0).await;
+}
+
+/// Waits until a gauge reads `value` (connection tasks end just after their
+/// sockets say so).
+async fn settles(server: &TestServer, series: &str, value: f64) {
+    within(series, async {
+        while server.metric(series).await != value {
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kept_alive_connection_is_closed_after_the_idle_deadline() {
+    let server = TestServer::with(config(|c| {
+        c.http_header_timeout_ms = 1_000;
+        c.http_idle_timeout_ms = 5_000;
+    }))
+    .await;
+    let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write");
+    let mut buf = [0u8; 1_024];
+    let n = within("the response", tcp.read(&mut buf))
+        .await
+        .expect("read");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200 "));
+    let answered = Instant::now();
+    // Idle past the head deadline but within the idle one: still served.
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+        .await
+        .expect("write");
+    let n = within("the second response", tcp.read(&mut buf))
+        .await
+        .expect("read");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200 "));
+    let answered_again = Instant::now();
+    assert!(answered_again - answered >= Duration::from_millis(3_000));
+    let rest = read_to_close(&mut tcp).await;
+    assert_eq!(rest, "", "an idle connection closes without a word");
+    let idle = answered_again.elapsed();
+    assert!(
+        idle >= Duration::from_millis(4_900) && idle < Duration::from_secs(6),
+        "closed after {idle:?}"
+    );
+    assert_eq!(server.metric("amble_http_idle_timeouts_total").await, 1.0);
+}
+
+/// A slowloris fills the pool of connections that are not WebSockets; the
+/// server keeps answering /healthz and /metrics and upgrading WebSockets,
+/// each newcomer taking the place of the connection that has waited
+/// longest for its head.
+#[tokio::test]
+async fn a_slowloris_cannot_lock_out_health_metrics_or_websockets() {
+    let server = TestServer::with(config(|c| c.max_http_connections = 50)).await;
+    let mut attackers = Vec::new();
+    for _ in 0..300 {
+        attackers.push(slowloris(&server).await);
+    }
+    let mut joined = Vec::new();
+    for i in 0..5 {
+        let started = std::time::Instant::now();
+        let (status, body) = server.get("/healthz").await;
+        assert!(status.contains("200") && body.contains("ok"), "{status}");
+        let health = started.elapsed();
+        let started = std::time::Instant::now();
+        joined.push(server.joined("lobby", &format!("late{i}")).await.0);
+        let websocket = started.elapsed();
+        println!("under slowloris: /healthz {health:?}, WebSocket join {websocket:?}");
+    }
+    assert!(server.metric("amble_http_evictions_total").await >= 250.0);
+    assert!(server.metric("amble_http_connections").await <= 50.0);
+    assert_eq!(server.metric("amble_connections").await, 5.0);
+    drop(attackers);
+}
+
+#[tokio::test]
+async fn an_address_over_its_cap_is_refused_with_429() {
+    let server = TestServer::with(config(|c| {
+        c.exempt_loopback = false;
+        c.max_connections_per_ip = 3;
+    }))
+    .await;
+    // Two WebSockets and one idle HTTP connection: the address's three.
+    let (_a, _) = server.joined("lobby", "a").await;
+    let (_b, _) = server.joined("lobby", "b").await;
+    let held = slowloris(&server).await;
+    let response = exchange(&server, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    assert!(response.starts_with("HTTP/1.1 429 "), "{response}");
+    assert!(response.contains("too many connections from your address"));
+    drop(held);
+    // A place frees when a socket closes.
+    let (status, _) = within("a place under the cap", async {
+        loop {
+            let response = server
+                .request("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .await;
+            if response.starts_with("HTTP/1.1 200 ") {
+                break (response, ());
+            }
+            tokio::task::yield_now().await;
+        }
+    })
+    .await;
+    assert!(status.contains("ok"));
+}
+
+#[tokio::test]
+async fn loopback_is_exempt_by_default() {
+    let server = TestServer::with(config(|c| c.max_connections_per_ip = 2)).await;
+    let mut clients = Vec::new();
+    for i in 0..4 {
+        clients.push(server.joined("lobby", &format!("local{i}")).await.0);
+    }
+    let (status, _) = server.get("/healthz").await;
+    assert!(status.contains("200"), "{status}");
+}
+
+/// Behind a trusted proxy every WebSocket is counted under the address the
+/// proxy forwarded, not the proxy's.
+#[tokio::test]
+async fn the_cap_applies_to_the_forwarded_address_behind_a_trusted_proxy() {
+    let server = TestServer::with(config(|c| {
+        c.exempt_loopback = false;
+        c.max_connections_per_ip = 2;
+        c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+    }))
+    .await;
+    let upgrade = |forwarded: &str| {
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
+             X-Forwarded-For: {forwarded}\r\n\r\n"
+        )
+    };
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
+        tcp.write_all(upgrade("203.0.113.5, 127.0.0.1").as_bytes())
+            .await
+            .expect("write");
+        let mut buf = [0u8; 512];
+        let n = within("101", tcp.read(&mut buf)).await.expect("read");
+        assert!(buf[..n].starts_with(b"HTTP/1.1 101 "));
+        open.push(tcp);
+    }
+    let third = server
+        .request_head(&upgrade("198.51.100.1, 203.0.113.5"))
+        .await;
+    assert!(third.starts_with("HTTP/1.1 429 "), "{third}");
+    let other = server.request_head(&upgrade("198.51.100.1")).await;
+    assert!(other.starts_with("HTTP/1.1 101 "), "{other}");
+    // A forwarding header that cannot be read falls back to the proxy's
+    // own address, and is counted.
+    let garbled = server.request_head(&upgrade("not-an-address")).await;
+    assert!(garbled.starts_with("HTTP/1.1 101 "), "{garbled}");
+    assert_eq!(server.metric("amble_forwarded_malformed_total").await, 1.0);
+    assert_eq!(
+        server
+            .metric("amble_address_refusals_total{limit=\"connections\"}")
+            .await,
+        1.0
+    );
+}
+
+/// Join and leave churn from many sockets of one address is bounded by
+/// the address's join budget.
+#[tokio::test]
+async fn joins_from_one_address_share_a_budget() {
+    let server = TestServer::with(config(|c| {
+        c.exempt_loopback = false;
+        c.ip_join_burst = 3;
+        c.ip_join_interval_ms = 60_000;
+    }))
+    .await;
+    let mut joined = Vec::new();
+    for i in 0..3 {
+        joined.push(server.joined("lobby", &format!("ok{i}")).await.0);
+    }
+    let mut late = server.client().await;
+    late.send(C::Join(pb::Join {
+        room: "lobby".into(),
+        name: "one too many".into(),
+        ..Default::default()
+    }))
+    .await;
+    let text = late.expect_error(pb::ErrorCode::RateLimited).await;
+    assert!(text.contains("too many joins from your address"), "{text}");
+    assert_eq!(
+        server
+            .metric("amble_address_refusals_total{limit=\"joins\"}")
+            .await,
+        1.0
+    );
+}
+
+/// A client that pipelines requests and never reads the answers holds up
+/// shutdown no longer than the HTTP drain (1 s), not the whole 5 s.
+#[tokio::test]
+async fn a_stuck_http_client_does_not_hold_up_shutdown() {
+    let mut server = TestServer::start().await;
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
+    let mut stuck = within("connect", socket.connect(server.addr))
+        .await
+        .expect("connect");
+    let request = "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n".repeat(200);
+    let _ = tokio::time::timeout(Duration::from_secs(2), stuck.write_all(request.as_bytes())).await;
+    let (mut ws, _) = server.joined("lobby", "someone").await;
+    let started = std::time::Instant::now();
+    server.trigger_stop();
+    assert_eq!(ws.expect_close().await, 1001);
+    server.stopped().await.expect("clean exit");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(2_500),
+        "shutdown took {took:?}"
+    );
+    drop(stuck);
+}
+
+#[tokio::test]
+async fn the_effective_caps_are_in_metrics() {
+    let server = TestServer::with(config(|c| {
+        c.max_connections = 100;
+        c.max_http_connections = 10;
+    }))
+    .await;
+    assert_eq!(server.metric("amble_connection_cap").await, 100.0);
+    assert_eq!(server.metric("amble_http_connection_cap").await, 10.0);
+    assert!(server.metric("amble_open_files_limit").await >= 110.0);
+}
