@@ -347,3 +347,107 @@ async fn the_effective_caps_are_in_metrics() {
     assert_eq!(server.metric("amble_http_connection_cap").await, 10.0);
     assert!(server.metric("amble_open_files_limit").await >= 110.0);
 }
+
+/// The real binary under a 256-file limit (as on a stock machine, smaller):
+/// it lowers its caps to fit, says so once, and a slowloris of 300 sockets
+/// neither locks out /healthz or a WebSocket client nor floods the log.
+#[tokio::test]
+async fn under_a_256_file_limit_300_slowloris_sockets_lock_nobody_out() {
+    use std::process::Stdio;
+    use std::sync::{Arc, Mutex};
+    use tokio::io::{AsyncBufReadExt as _, BufReader};
+
+    let mut child = tokio::process::Command::new("sh")
+        .args([
+            "-c",
+            "ulimit -n 256 && exec \"$0\" \"$@\"",
+            env!("CARGO_BIN_EXE_amble"),
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("RUST_LOG", "info")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn amble");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let addr = within("the listening line", async {
+        while let Some(line) = lines.next_line().await.expect("read stderr") {
+            log.lock().expect("log").push(line.clone());
+            if let Some(rest) = line.split("addr=").nth(1) {
+                return rest.split_whitespace().next().unwrap_or_default().to_owned();
+            }
+        }
+        panic!("amble exited without reporting its address");
+    })
+    .await;
+    let keep = Arc::clone(&log);
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            keep.lock().expect("log").push(line);
+        }
+    });
+    let addr: std::net::SocketAddr = addr.parse().expect("address");
+
+    let mut attackers = Vec::new();
+    for _ in 0..300 {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let _ = tcp.write_all(b"GET / HTTP/1.1\r\nHost: slow\r\nX-a: ").await;
+        attackers.push(tcp);
+    }
+    let server = Remote { addr };
+    let (status, body) = server.get("/healthz").await;
+    assert!(status.contains("200") && body.contains("ok"), "{status}");
+    let mut client = Client::connect(&format!("ws://{addr}/ws")).await;
+    client.join("lobby", "still here").await;
+    assert_eq!(server.metric("amble_open_files_limit").await, 256.0);
+    assert_eq!(server.metric("amble_connection_cap").await, 168.0);
+    assert_eq!(server.metric("amble_http_connection_cap").await, 56.0);
+    assert!(server.metric("amble_http_evictions_total").await >= 240.0);
+
+    let pid = child.id().expect("pid").to_string();
+    let status = tokio::process::Command::new("kill")
+        .args(["-TERM", &pid])
+        .status()
+        .await
+        .expect("kill");
+    assert!(status.success());
+    assert_eq!(client.expect_close().await, 1001);
+    let exit = within("amble to exit", child.wait()).await.expect("wait");
+    assert!(exit.success(), "exit status {exit}");
+    drop(attackers);
+
+    let log = log.lock().expect("log").join("\n");
+    let lowered = log.matches("cannot hold --max-connections").count();
+    assert_eq!(lowered, 1, "one line about the lowered caps:\n{log}");
+    assert!(log.contains("serving at most 168 WebSocket and 56 HTTP connections"), "{log}");
+    let exhausted = log.matches("Too many open files").count();
+    assert!(exhausted <= 1, "{exhausted} lines about open files:\n{log}");
+}
+
+/// A server this test did not start in-process.
+struct Remote {
+    addr: std::net::SocketAddr,
+}
+
+impl Remote {
+    async fn get(&self, path: &str) -> (String, String) {
+        let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
+        let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        tcp.write_all(req.as_bytes()).await.expect("write");
+        let text = read_to_close(&mut tcp).await;
+        let (head, body) = text.split_once("\r\n\r\n").expect("http response");
+        (
+            head.lines().next().unwrap_or_default().to_owned(),
+            body.to_owned(),
+        )
+    }
+
+    async fn metric(&self, series: &str) -> f64 {
+        let (_, body) = self.get("/metrics").await;
+        body.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+            .map_or(0.0, |v| v.trim().parse().expect("a number"))
+    }
+}
