@@ -25,7 +25,13 @@ const FWD: ForwardedHeader = ForwardedHeader::Forwarded;
 fn an_untrusted_peer_is_the_client_whatever_it_says() {
     let h = headers(&[("x-forwarded-for", "1.2.3.4")]);
     let r = resolve(ip("198.51.100.7"), &h, &nets(&["10.0.0.0/8"]), XFF);
-    assert_eq!(r, Resolved { ip: ip("198.51.100.7"), malformed: false });
+    assert_eq!(
+        r,
+        Resolved {
+            ip: ip("198.51.100.7"),
+            malformed: false
+        }
+    );
 }
 
 #[test]
@@ -40,13 +46,25 @@ fn the_rightmost_address_that_is_not_a_proxy_is_the_client() {
         ("x-forwarded-for", "6.6.6.6"),
         ("x-forwarded-for", "203.0.113.9:5555"),
     ]);
-    assert_eq!(resolve(ip("10.0.0.1"), &h, &trusted, XFF).ip, ip("203.0.113.9"));
+    assert_eq!(
+        resolve(ip("10.0.0.1"), &h, &trusted, XFF).ip,
+        ip("203.0.113.9")
+    );
     // Every hop a proxy of ours: the first is the client.
     let h = headers(&[("x-forwarded-for", "10.1.1.1, 10.0.0.2")]);
-    assert_eq!(resolve(ip("10.0.0.1"), &h, &trusted, XFF).ip, ip("10.1.1.1"));
+    assert_eq!(
+        resolve(ip("10.0.0.1"), &h, &trusted, XFF).ip,
+        ip("10.1.1.1")
+    );
     // No header: the proxy itself asked.
     let r = resolve(ip("10.0.0.1"), &HeaderMap::new(), &trusted, XFF);
-    assert_eq!(r, Resolved { ip: ip("10.0.0.1"), malformed: false });
+    assert_eq!(
+        r,
+        Resolved {
+            ip: ip("10.0.0.1"),
+            malformed: false
+        }
+    );
 }
 
 #[test]
@@ -61,9 +79,15 @@ fn forwarded_follows_rfc_7239() {
     // With X-Forwarded-For chosen, a Forwarded header (which a client could
     // have written) is ignored, and the other way round.
     let h = headers(&[("forwarded", "for=192.0.2.43")]);
-    assert_eq!(resolve(ip("127.0.0.1"), &h, &trusted, XFF).ip, ip("127.0.0.1"));
+    assert_eq!(
+        resolve(ip("127.0.0.1"), &h, &trusted, XFF).ip,
+        ip("127.0.0.1")
+    );
     let h = headers(&[("x-forwarded-for", "192.0.2.43")]);
-    assert_eq!(resolve(ip("127.0.0.1"), &h, &trusted, FWD).ip, ip("127.0.0.1"));
+    assert_eq!(
+        resolve(ip("127.0.0.1"), &h, &trusted, FWD).ip,
+        ip("127.0.0.1")
+    );
 }
 
 #[test]
@@ -86,7 +110,14 @@ fn unreadable_headers_fall_back_to_the_peer() {
         let mut h = HeaderMap::new();
         h.insert(name, HeaderValue::from_str(value).expect("value"));
         let r = resolve(ip("::1"), &h, &trusted, header);
-        assert_eq!(r, Resolved { ip: ip("::1"), malformed: true }, "{value}");
+        assert_eq!(
+            r,
+            Resolved {
+                ip: ip("::1"),
+                malformed: true
+            },
+            "{value}"
+        );
     }
     let mut h = HeaderMap::new();
     h.insert(
@@ -114,7 +145,10 @@ fn ipv6_is_counted_by_its_slash_64() {
         AddressKey::of(ip("2001:db8:1:2::1")),
         AddressKey::of(ip("2001:db8:1:3::1"))
     );
-    assert_eq!(AddressKey::of(ip("::ffff:1.2.3.4")), AddressKey::of(ip("1.2.3.4")));
+    assert_eq!(
+        AddressKey::of(ip("::ffff:1.2.3.4")),
+        AddressKey::of(ip("1.2.3.4"))
+    );
 }
 
 fn table(f: impl FnOnce(&mut Config)) -> Arc<Addresses> {

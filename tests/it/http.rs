@@ -376,7 +376,11 @@ async fn under_a_256_file_limit_300_slowloris_sockets_lock_nobody_out() {
         while let Some(line) = lines.next_line().await.expect("read stderr") {
             log.lock().expect("log").push(line.clone());
             if let Some(rest) = line.split("addr=").nth(1) {
-                return rest.split_whitespace().next().unwrap_or_default().to_owned();
+                return rest
+                    .split_whitespace()
+                    .next()
+                    .unwrap_or_default()
+                    .to_owned();
             }
         }
         panic!("amble exited without reporting its address");
@@ -393,7 +397,9 @@ async fn under_a_256_file_limit_300_slowloris_sockets_lock_nobody_out() {
     let mut attackers = Vec::new();
     for _ in 0..300 {
         let mut tcp = TcpStream::connect(addr).await.expect("connect");
-        let _ = tcp.write_all(b"GET / HTTP/1.1\r\nHost: slow\r\nX-a: ").await;
+        let _ = tcp
+            .write_all(b"GET / HTTP/1.1\r\nHost: slow\r\nX-a: ")
+            .await;
         attackers.push(tcp);
     }
     let server = Remote { addr };
@@ -421,7 +427,10 @@ async fn under_a_256_file_limit_300_slowloris_sockets_lock_nobody_out() {
     let log = log.lock().expect("log").join("\n");
     let lowered = log.matches("cannot hold --max-connections").count();
     assert_eq!(lowered, 1, "one line about the lowered caps:\n{log}");
-    assert!(log.contains("serving at most 168 WebSocket and 56 HTTP connections"), "{log}");
+    assert!(
+        log.contains("serving at most 168 WebSocket and 56 HTTP connections"),
+        "{log}"
+    );
     let exhausted = log.matches("Too many open files").count();
     assert!(exhausted <= 1, "{exhausted} lines about open files:\n{log}");
 }
