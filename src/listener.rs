@@ -29,15 +29,19 @@ pub const RESERVED_FILES: u64 = 32;
 /// How long a newcomer waits for the socket an eviction frees.
 const EVICTION_WAIT: Duration = Duration::from_secs(1);
 
-/// Raises the soft open-file limit to the hard limit; returns the limit in
-/// force afterwards (`None` where it cannot be read).
-pub fn raise_open_files_limit() -> Option<u64> {
+/// Raises the soft open-file limit to the hard limit (each connection is
+/// an open file), saying so when it changed.
+pub fn raise_open_files_limit() {
+    let before = open_files_limit();
     match rlimit::increase_nofile_limit(u64::MAX) {
-        Ok(limit) => Some(limit),
-        Err(err) => {
-            warn!(%err, "cannot raise the open-file limit");
-            open_files_limit()
+        Ok(after) if before.is_some_and(|b| after > b) => {
+            info!(
+                before = before.unwrap_or_default(),
+                after, "raised the open-file limit"
+            );
         }
+        Ok(_) => {}
+        Err(err) => warn!(%err, "cannot raise the open-file limit"),
     }
 }
 

@@ -152,8 +152,10 @@ fn ipv6_is_counted_by_its_slash_64() {
 }
 
 fn table(f: impl FnOnce(&mut Config)) -> Arc<Addresses> {
-    let mut config = Config::default();
-    config.exempt_loopback = false;
+    let mut config = Config {
+        exempt_loopback: false,
+        ..Config::default()
+    };
     f(&mut config);
     Addresses::new(&config, 4, Arc::new(Metrics::default()))
 }
@@ -216,8 +218,10 @@ async fn at_its_bound_the_table_forgets_budgets_of_addresses_with_no_socket() {
 
 #[test]
 fn loopback_is_exempt_unless_told_otherwise() {
-    let mut config = Config::default();
-    config.max_connections_per_ip = 1;
+    let config = Config {
+        max_connections_per_ip: 1,
+        ..Config::default()
+    };
     let t = Addresses::new(&config, 4, Arc::new(Metrics::default()));
     let held: Vec<_> = (0..5)
         .map(|_| t.admit_peer(ip("127.0.0.1")).expect("exempt"))
