@@ -25,7 +25,8 @@ def rss():
             if l.startswith("VmRSS:"):
                 return int(l.split()[1]) * 1024
 
-def get(path):
+def fetch(path):
+    """GET path on a fresh connection: (seconds taken, whole response)."""
     t = time.perf_counter()
     s = socket.create_connection((host, port))
     s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
@@ -36,19 +37,14 @@ def get(path):
             break
         data += b
     s.close()
-    return time.perf_counter() - t, data.split(b"\r\n", 1)[0].decode()
+    return time.perf_counter() - t, data
+
+def get(path):
+    took, data = fetch(path)
+    return took, data.split(b"\r\n", 1)[0].decode()
 
 def metric(name):
-    _, _ = get("/healthz")
-    s = socket.create_connection((host, port))
-    s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-    data = b""
-    while True:
-        b = s.recv(65536)
-        if not b:
-            break
-        data += b
-    for l in data.decode().splitlines():
+    for l in fetch("/metrics")[1].decode().splitlines():
         if l.startswith(name + " "):
             return float(l.split()[1])
 

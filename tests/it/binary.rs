@@ -2,16 +2,24 @@
 //! SIGTERM (what Docker sends) and SIGINT.
 
 use std::process::Stdio;
+use std::sync::{Arc, Mutex};
 
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
 use crate::support::*;
 
-async fn stops_on(signal: &str, extra: &[&str]) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_amble"))
-        .args(["--listen", "127.0.0.1:0"])
-        .args(extra)
+/// A running amble binary: its address, and every line it has logged.
+pub struct Running {
+    pub child: tokio::process::Child,
+    pub addr: String,
+    pub log: Arc<Mutex<Vec<String>>>,
+}
+
+/// Starts `command` (amble, or a shell that execs it) with its log on a
+/// pipe, and waits for the line that gives its address.
+pub async fn start(mut command: Command) -> Running {
+    let mut child = command
         .env("RUST_LOG", "info")
         .stderr(Stdio::piped())
         .kill_on_drop(true)
@@ -19,8 +27,10 @@ async fn stops_on(signal: &str, extra: &[&str]) {
         .expect("spawn amble");
     let stderr = child.stderr.take().expect("stderr");
     let mut lines = BufReader::new(stderr).lines();
+    let log = Arc::new(Mutex::new(Vec::new()));
     let addr = within("the listening line", async {
         while let Some(line) = lines.next_line().await.expect("read stderr") {
+            log.lock().expect("log").push(line.clone());
             if let Some(rest) = line.split("addr=").nth(1) {
                 return rest
                     .split_whitespace()
@@ -32,18 +42,40 @@ async fn stops_on(signal: &str, extra: &[&str]) {
         panic!("amble exited without reporting its address");
     })
     .await;
-    let mut client = Client::connect(&format!("ws://{addr}/ws")).await;
+    let keep = Arc::clone(&log);
+    tokio::spawn(async move {
+        while let Ok(Some(line)) = lines.next_line().await {
+            keep.lock().expect("log").push(line);
+        }
+    });
+    Running { child, addr, log }
+}
+
+impl Running {
+    /// Sends `signal` (`-TERM`, `-INT`) to the process.
+    pub async fn signal(&self, signal: &str) {
+        let pid = self.child.id().expect("pid").to_string();
+        let status = Command::new("kill")
+            .args([signal, &pid])
+            .status()
+            .await
+            .expect("kill");
+        assert!(status.success());
+    }
+}
+
+async fn stops_on(signal: &str, extra: &[&str]) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_amble"));
+    command.args(["--listen", "127.0.0.1:0"]).args(extra);
+    let mut amble = start(command).await;
+    let mut client = Client::connect(&format!("ws://{}/ws", amble.addr)).await;
     client.join("lobby", "someone").await;
 
-    let pid = child.id().expect("pid").to_string();
-    let status = Command::new("kill")
-        .args([signal, &pid])
-        .status()
-        .await
-        .expect("kill");
-    assert!(status.success());
+    amble.signal(signal).await;
     assert_eq!(client.expect_close().await, 1001);
-    let exit = within("amble to exit", child.wait()).await.expect("wait");
+    let exit = within("amble to exit", amble.child.wait())
+        .await
+        .expect("wait");
     assert!(exit.success(), "exit status {exit}");
 }
 

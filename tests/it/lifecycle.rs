@@ -199,10 +199,13 @@ async fn a_client_close_is_answered_cleanly() {
     }
 }
 
+/// A client that pipelines requests and never reads the answers holds up
+/// shutdown no longer than the HTTP drain (1 s), not the whole shutdown
+/// timeout (5 s).
 #[tokio::test]
 async fn shutdown_is_bounded_even_with_a_stuck_http_client() {
     use tokio::io::AsyncWriteExt as _;
-    let mut server = TestServer::with(config(|c| c.shutdown_timeout_ms = 500)).await;
+    let mut server = TestServer::start().await;
     // A client that pipelines requests and never reads the answers.
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
@@ -221,7 +224,7 @@ async fn shutdown_is_bounded_even_with_a_stuck_http_client() {
     assert_eq!(ws.expect_close().await, 1001);
     server.stopped().await.expect("clean exit");
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(3),
+        started.elapsed() < std::time::Duration::from_millis(2_500),
         "shutdown took {:?}",
         started.elapsed()
     );
