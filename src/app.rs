@@ -108,17 +108,17 @@ async fn upgrade(
         .any(|p| p.trim() == SUBPROTOCOL);
     let on_upgrade = hyper::upgrade::on(&mut request);
 
+    // The limit holds for one frame and for a fragmented message while it
+    // is assembled: the first frame past it is refused (1009), before its
+    // payload is read.
     let max = shared.config.max_message_bytes as usize;
-    // tungstenite's own cap is a backstop well above ours, so an oversized
-    // frame is read and refused with a clear 1009 rather than a torn socket.
-    let hard_cap = max.saturating_mul(4).max(16 * 1024);
     let largest = largest_frame(&shared.config);
     let ws_config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER_BYTES)
         .write_buffer_size(0)
         .max_write_buffer_size(largest)
-        .max_message_size(Some(hard_cap))
-        .max_frame_size(Some(hard_cap));
+        .max_message_size(Some(max))
+        .max_frame_size(Some(max));
     let permit = Arc::clone(&shared.connection_slots)
         .try_acquire_owned()
         .ok();

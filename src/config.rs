@@ -41,7 +41,7 @@ pub struct Config {
           value_parser = clap::value_parser!(u32).range(1..))]
     pub move_burst: u32,
 
-    /// A client sending moves or chat this many times faster than its
+    /// A client sending moves, chat or pings this many times faster than its
     /// budget, sustained, is closed (1008).
     #[arg(long, env = "AMBLE_FLOOD_FACTOR", default_value_t = 20,
           value_parser = clap::value_parser!(u32).range(2..))]
@@ -202,6 +202,19 @@ pub struct Config {
     pub exempt_loopback: bool,
 
     // ---- What a client may send: pings, fragments, text ----
+    /// Client pings a connection may send per second, sustained: protocol
+    /// `Ping` messages, WebSocket ping frames and unsolicited pongs share
+    /// this budget. A `Ping` over it gets no `Pong` (and at most one
+    /// RATE_LIMITED notice a second); `--flood-factor` times over it,
+    /// sustained, closes the connection (1008). 0 turns the budget off, as
+    /// the request/reply benchmark (`loadtest --scenario rpc`) needs.
+    #[arg(long, env = "AMBLE_PINGS_PER_SEC", default_value_t = 5)]
+    pub pings_per_sec: u32,
+
+    /// Pings that may arrive back to back before `--pings-per-sec` applies.
+    #[arg(long, env = "AMBLE_PING_BURST", default_value_t = 10,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ping_burst: u32,
 
     // ---- Who may join: signed tokens ----
     /// File holding an HS256 secret (at least 32 bytes; trailing line breaks
@@ -380,6 +393,11 @@ impl Config {
 
     pub fn http_idle_timeout(&self) -> Duration {
         Duration::from_millis(self.http_idle_timeout_ms)
+    }
+
+    /// One ping per this long, sustained; `None` when pings have no budget.
+    pub fn ping_interval(&self) -> Option<Duration> {
+        (self.pings_per_sec > 0).then(|| Duration::from_secs(1) / self.pings_per_sec)
     }
 }
 
@@ -594,6 +612,16 @@ mod tests {
         for bad in ["", "1", "h", "1w", "1.5h", "-1h", "0s", "367d", "1 h"] {
             assert!(parse_ttl(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn ping_budget_defaults_and_off() {
+        let c = Config::default();
+        assert_eq!((c.pings_per_sec, c.ping_burst), (5, 10));
+        assert_eq!(c.ping_interval(), Some(Duration::from_millis(200)));
+        let off = Config::parse_from(["amble", "--pings-per-sec", "0"]);
+        assert_eq!(off.ping_interval(), None);
+        assert!(Config::try_parse_from(["amble", "--ping-burst", "0"]).is_err());
     }
 
     #[test]

@@ -60,6 +60,9 @@ pub type Socket = WebSocketStream<WsIo<Io>>;
 const JOIN_INTERVAL: Duration = Duration::from_secs(1);
 const JOIN_BURST: u32 = 5;
 
+/// Pings over budget get at most one `RATE_LIMITED` notice per interval.
+const PING_NOTICE_INTERVAL: Duration = Duration::from_secs(1);
+
 /// How a connection ended.
 #[derive(Debug)]
 enum End {
@@ -102,6 +105,19 @@ impl End {
 /// An input refused with this code and message.
 type Refused = (ErrorCode, String);
 
+/// The kinds of client ping. They share one budget.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum PingKind {
+    /// A protocol `Ping`: answered with a `Pong` only within the budget.
+    Protocol,
+    /// A WebSocket ping frame: the WebSocket layer answers it whatever the
+    /// budget (RFC 6455 section 5.5.2), so only a flood is refused.
+    WebSocket,
+    /// A WebSocket pong, answering the keepalive or unsolicited: nothing to
+    /// withhold, only a flood is refused.
+    Pong,
+}
+
 /// A move held back by the throttle until `at`.
 struct Deferred {
     motion: Motion,
@@ -119,6 +135,11 @@ struct Connection {
     joins: Budget,
     /// Refused inputs; a client that keeps sending bad ones is closed.
     strikes: Gcra,
+    /// Client pings of every kind; `None` when `--pings-per-sec` is 0.
+    pings: Option<Budget>,
+    /// At most one notice a second for pings over budget, so that refusing
+    /// them does not become an amplifier itself.
+    ping_notices: Gcra,
     deferred: Option<Deferred>,
     last_inbound: Instant,
     /// The client's address: its joins count against that address's budget.
@@ -150,6 +171,10 @@ pub async fn run(
         ),
         joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
         strikes: Gcra::new(Duration::from_secs(1), 20),
+        pings: config
+            .ping_interval()
+            .map(|every| Budget::new(every, config.ping_burst, config.flood_factor)),
+        ping_notices: Gcra::new(PING_NOTICE_INTERVAL, 1),
         membership: None,
         deferred: None,
         last_inbound: Instant::now(),
@@ -256,8 +281,8 @@ impl Connection {
                 armed = due;
             }
             // The socket comes last: every branch before it is rare and
-            // one-shot, and a client that keeps its socket busy (pings have
-            // no budget) must not starve its own stall or idle checks.
+            // one-shot, and a client that keeps its socket busy must not
+            // starve its own stall or idle checks.
             let step = tokio::select! {
                 biased;
                 () = &mut cancelled => Err(End::Shutdown),
@@ -315,18 +340,38 @@ impl Connection {
     /// means the peer is gone.
     async fn on_socket_error(&mut self, err: tungstenite::Error) -> Result<(), End> {
         use tungstenite::Error as WsError;
-        use tungstenite::error::ProtocolError;
+        use tungstenite::error::{CapacityError, ProtocolError};
         match err {
+            // A frame, or a fragmented message as it is assembled, past
+            // `max_message_bytes`: refused at the first frame over it.
             WsError::Capacity(cap) => {
                 let limit = self.shared.config.max_message_bytes;
-                self.refuse(
-                    ErrorCode::TooBig,
-                    format!("{cap}: the limit is {limit} bytes"),
-                )
-                .await?;
+                let text = match cap {
+                    CapacityError::MessageTooLong { size, .. } => {
+                        format!("a message of {size} bytes or more: the limit is {limit} bytes")
+                    }
+                    cap => format!("{cap}: the limit is {limit} bytes"),
+                };
+                self.refuse(ErrorCode::TooBig, text).await?;
                 Err(End::Refused {
                     code: close::TOO_BIG,
                     reason: "message too big",
+                })
+            }
+            // A text message that is not valid UTF-8 (RFC 6455 section 8.1:
+            // close 1007). tungstenite reports a Close frame whose reason is
+            // not UTF-8 the same way; RFC 6455 answers that with 1007 too.
+            WsError::Utf8(err) => {
+                debug!(%err, "text frame not valid UTF-8");
+                self.refuse(
+                    ErrorCode::TextFrame,
+                    "text frames are not accepted (and this one is not valid UTF-8): \
+                     send binary amble.v1 frames",
+                )
+                .await?;
+                Err(End::Refused {
+                    code: close::INVALID_PAYLOAD,
+                    reason: "text frame not valid UTF-8",
                 })
             }
             // The peer went away without a close handshake: a crashed tab,
@@ -377,21 +422,17 @@ impl Connection {
                 let _ = timeout(bounded, futures_util::SinkExt::flush(&mut self.socket)).await;
                 return Err(End::Gone);
             }
-            // Pings are answered by the WebSocket layer; pongs only prove
-            // life; raw frames are never yielded by a read.
-            Message::Ping(_) | Message::Pong(_) | Message::Frame(_) => return Ok(()),
+            // The WebSocket layer has already queued the pong; a ping
+            // only counts against the budget.
+            Message::Ping(_) => return self.admit_ping(PingKind::WebSocket).await.map(drop),
+            Message::Pong(_) => return self.admit_ping(PingKind::Pong).await.map(drop),
+            // Raw frames are never yielded by a read.
+            Message::Frame(_) => return Ok(()),
         };
+        // No larger than `max_message_bytes`: the WebSocket layer refuses
+        // anything larger (see `on_socket_error`).
         metrics.frames_received.inc();
         metrics.bytes_received.inc_by(data.len() as u64);
-        let limit = self.shared.config.max_message_bytes as usize;
-        if data.len() > limit {
-            let text = format!("frame of {} bytes is over the limit of {limit}", data.len());
-            self.refuse(ErrorCode::TooBig, text).await?;
-            return Err(End::Refused {
-                code: close::TOO_BIG,
-                reason: "message too big",
-            });
-        }
         match decode_client(&data, &self.shared.rules) {
             Ok(cmd) => self.on_command(cmd).await,
             Err(err @ DecodeError::Malformed(_)) => {
@@ -409,6 +450,9 @@ impl Connection {
         let now = Instant::now();
         match cmd {
             Command::Ping { client_time_ms } => {
+                if !self.admit_ping(PingKind::Protocol).await? {
+                    return Ok(());
+                }
                 let pong = encode_server(Body::Pong(pb::Pong {
                     client_time_ms,
                     server_time_ms: self.shared.clock.now_ms(),
@@ -573,17 +617,60 @@ impl Connection {
         }
     }
 
+    /// Counts one client ping of any kind against the ping budget: `true`
+    /// when it may be answered, `false` when it is over budget (counted, and
+    /// noticed at most once a second), `End` for a flood.
+    async fn admit_ping(&mut self, kind: PingKind) -> Result<bool, End> {
+        let Some(budget) = &mut self.pings else {
+            return Ok(true);
+        };
+        let now = Instant::now();
+        let at = match budget.arrive(now) {
+            Verdict::Apply => return Ok(true),
+            Verdict::Defer(at) => at,
+            Verdict::Flood => return self.flood("pings").await.map(|()| false),
+        };
+        self.shared.metrics.pings_over_budget.inc();
+        if kind == PingKind::Pong || self.ping_notices.admit(now) != Admit::Now {
+            return Ok(false);
+        }
+        let config = &self.shared.config;
+        let budget = format!(
+            "{} a second, bursts of {}",
+            config.pings_per_sec, config.ping_burst
+        );
+        let wait = at.saturating_duration_since(now).as_millis();
+        let text = if kind == PingKind::Protocol {
+            format!(
+                "pings over budget ({budget}): Pings get no Pong until {wait} ms \
+                 from now; this notice comes at most once a second"
+            )
+        } else {
+            format!(
+                "WebSocket pings over budget ({budget}): keep under it or the \
+                 connection is closed as flooding"
+            )
+        };
+        self.notify(ErrorCode::RateLimited, text).await?;
+        Ok(false)
+    }
+
     /// Sends an `Error` for a refused input and counts it. Too many refusals
     /// in a row close the connection as a flood.
     async fn refuse(&mut self, code: ErrorCode, text: impl Into<String>) -> Result<(), End> {
-        self.shared.metrics.reject(code);
-        let text = text.into();
-        debug!(?code, %text, "refused input");
-        self.send_frame(encode_error(code, text)).await?;
+        self.notify(code, text).await?;
         if let Admit::At(_) = self.strikes.admit(Instant::now()) {
             return self.flood("refused inputs").await;
         }
         Ok(())
+    }
+
+    /// Sends an `Error` and counts it, with no strike.
+    async fn notify(&mut self, code: ErrorCode, text: impl Into<String>) -> Result<(), End> {
+        self.shared.metrics.reject(code);
+        let text = text.into();
+        debug!(?code, %text, "refused input");
+        self.send_frame(encode_error(code, text)).await
     }
 
     async fn flood(&mut self, what: &str) -> Result<(), End> {

@@ -89,6 +89,7 @@ pub struct Metrics {
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
 
     // ---- Client input budgets ----
+    pub pings_over_budget: Counter,
 
     // ---- Authentication ----
     /// Joins refused for their token, by reason (`missing`, `expired`, ...).
@@ -317,6 +318,11 @@ impl Metrics {
             );
 
             // ---- Client input budgets ----
+            r.register(
+                "pings_over_budget",
+                "Client pings (protocol Ping, WebSocket ping or pong) over the ping budget; protocol Pings among them got no Pong",
+                self.pings_over_budget.clone(),
+            );
 
             // ---- Authentication ----
             r.register(
