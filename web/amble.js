@@ -123,15 +123,41 @@ export class ServerClock {
 
 // ------------------------------------------------------------------ checks
 
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/u;
 const ROOM = /^[A-Za-z0-9_.-]+$/;
+
+// The text rule for names and chat, as the server has it (src/protocol/text.rs,
+// docs/protocol.md "Names and chat text"): checked on the NFC form.
+const BIDI_CONTROL = /[\u202A-\u202E\u2066-\u2069]/u;
+const CONTROL = /\p{Cc}/u;
+const SEPARATOR = /[\p{Zl}\p{Zp}]/u;
+const INVISIBLE =
+  /[\p{White_Space}\p{Default_Ignorable_Code_Point}\p{Cf}\p{Zs}\u2800\u{16FE4}\u{1D159}]/u;
+
+/**
+ * Why `text` breaks the rule the server holds names and chat to, or null:
+ * 'empty', 'blank' (nothing visible), or a phrase for a person.
+ */
+export function textProblem(text, maxChars) {
+  if (typeof text !== 'string') return 'empty';
+  const chars = [...text.normalize('NFC')];
+  if (chars.length === 0) return 'empty';
+  if (chars.length > maxChars) return `at most ${maxChars} characters`;
+  let visible = false;
+  for (const c of chars) {
+    if (BIDI_CONTROL.test(c)) return 'no bidirectional overrides or isolates';
+    if (CONTROL.test(c)) return 'no control characters';
+    if (SEPARATOR.test(c)) return 'no line or paragraph separators';
+    if (!INVISIBLE.test(c)) visible = true;
+  }
+  return visible ? null : 'blank';
+}
 
 /** Why `name` would be refused (INVALID_NAME), or null when it is fine. */
 export function nameProblem(name, maxChars = DEFAULT_LIMITS.maxNameChars) {
-  if (typeof name !== 'string' || name.trim() === '') return 'a name is needed';
-  if ([...name].length > maxChars) return `at most ${maxChars} characters`;
-  if (CONTROL.test(name)) return 'no control characters';
-  return null;
+  const problem = textProblem(name, maxChars);
+  if (problem === 'empty') return 'a name is needed';
+  if (problem === 'blank') return 'a name needs something visible, not only spaces or invisible characters';
+  return problem;
 }
 
 /** Why `room` would be refused (INVALID_ROOM), or null when it is fine. */
@@ -144,10 +170,9 @@ export function roomProblem(room, maxChars = 32) {
 
 /** Why chat `text` would be refused (INVALID_CHAT), or null when it is fine. */
 export function chatProblem(text, maxChars = DEFAULT_LIMITS.maxChatChars) {
-  if (typeof text !== 'string' || text.trim() === '') return 'the message is empty';
-  if ([...text].length > maxChars) return `at most ${maxChars} characters`;
-  if (CONTROL.test(text)) return 'no control characters';
-  return null;
+  const problem = textProblem(text, maxChars);
+  if (problem === 'empty' || problem === 'blank') return 'the message is empty';
+  return problem;
 }
 
 /** A sentence for a person about an Error code from the server. */
@@ -395,7 +420,8 @@ export class AmbleClient {
     if (problem) throw new RangeError(problem);
     if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
     this.clearRoom(); // a new join is a new arrival, not a rejoin
-    this.wanted = { room, name };
+    // The server keeps names in NFC: so does the client, to match its own.
+    this.wanted = { room, name: name.normalize('NFC') };
     if (this.ws && this.ws.readyState === 1) this.sendJoin();
     else this.connect();
     return this;
@@ -689,7 +715,7 @@ export class AmbleClient {
 
   /**
    * Sends a chat message. Throws a RangeError for text the server would
-   * refuse (empty, too long, control characters). Returns false, sending
+   * refuse (see chatProblem). Returns false, sending
    * nothing, when the chat budget (limits.chatBurst, one more per
    * chatIntervalMs) is spent.
    */

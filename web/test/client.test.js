@@ -13,6 +13,9 @@ import {
   ServerClock,
   State,
   backoffDelay,
+  chatProblem,
+  nameProblem,
+  textProblem,
 } from '../amble.js';
 import { decodeClientMessage, encodeServerMessage, motionTime, websocketHeaderBytes } from '../codec.js';
 
@@ -190,6 +193,57 @@ test('join refuses a bad name or room before sending anything', () => {
   assert.equal(sockets.length, 0);
 });
 
+test('names and chat follow the server text rule, on their NFC form', () => {
+  // Accepted, as the server accepts them (src/protocol/text.rs).
+  for (const ok of [
+    'Ada Lovelace',
+    'Zoë 🌿',
+    '李小龙',
+    'مرحبا',
+    'می\u200Cخواهم', // a zero-width non-joiner inside a Persian word
+    '👨\u200D👩\u200D👧', // an emoji ZWJ sequence
+    'A\u200BB',
+    'e\u0301'.repeat(32), // 64 code points, 32 characters in NFC
+  ]) {
+    assert.equal(textProblem(ok, 32), null, JSON.stringify(ok));
+  }
+  const cases = [
+    ['', 'empty'],
+    ['   ', 'blank'],
+    ['\u200B\uFEFF', 'blank'],
+    ['\u3164', 'blank'],
+    ['\u115F\u1160\uFFA0', 'blank'],
+    ['\u2800\u2800', 'blank'],
+    ['\u{1D159}\u{16FE4}\u00AD\u180E\u2060\u3000', 'blank'],
+    ['admin\u202Etxt.exe', 'no bidirectional overrides or isolates'],
+    ['a\u2066b', 'no bidirectional overrides or isolates'],
+    ['a\u2069', 'no bidirectional overrides or isolates'],
+    ['line\u2028break', 'no line or paragraph separators'],
+    ['para\u2029', 'no line or paragraph separators'],
+    ['bell\u0007', 'no control characters'],
+    ['c1\u0085', 'no control characters'],
+    ['é'.repeat(33), 'at most 32 characters'],
+  ];
+  for (const [text, problem] of cases) {
+    assert.equal(textProblem(text, 32), problem, JSON.stringify(text));
+  }
+  assert.equal(nameProblem(''), 'a name is needed');
+  assert.match(nameProblem('\u3164'), /something visible/);
+  assert.equal(chatProblem('\u200B'), chatProblem(''));
+  assert.equal(nameProblem('x\u202Ey'), 'no bidirectional overrides or isolates');
+});
+
+test('join sends the name in NFC and refuses a blank or bidi one', () => {
+  const { client, sockets, last } = setup();
+  assert.throws(() => client.join('lobby', '\u200B'), RangeError);
+  assert.throws(() => client.join('lobby', 'x\u202Ey'), RangeError);
+  assert.equal(sockets.length, 0);
+  client.join('lobby', 'Zoe\u0308');
+  last().open();
+  const [join] = last().sentOf('join');
+  assert.equal(join.name, 'Zoë');
+});
+
 test('the server clock comes from the Welcome, then from the lowest-RTT Pong', () => {
   const { client, time, last } = setup();
   client.join('lobby', 'Me');
@@ -353,6 +407,8 @@ test('chat: checked, and held to the chat budget', () => {
   assert.throws(() => client.chat('  '), RangeError);
   assert.throws(() => client.chat('x'.repeat(281)), RangeError);
   assert.throws(() => client.chat('bell\u0007'), RangeError);
+  assert.throws(() => client.chat('\u2800'), RangeError);
+  assert.throws(() => client.chat('a\u2029b'), RangeError);
   const sent = [];
   for (let i = 0; i < 7; i++) sent.push(client.chat(`hello ${i}`));
   assert.deepEqual(sent, [true, true, true, true, true, false, false]);
