@@ -60,6 +60,11 @@ pub type Socket = WebSocketStream<WsIo<Io>>;
 const JOIN_INTERVAL: Duration = Duration::from_secs(1);
 const JOIN_BURST: u32 = 5;
 
+/// Messages read, at most, while waiting for the client's close reply:
+/// many more than a client has in flight when it reads, so it sees its
+/// close; a flooder that does not read costs no more than this.
+const CLOSE_DRAIN_MESSAGES: usize = 4_096;
+
 /// Pings over budget get at most one `RATE_LIMITED` notice per interval.
 const PING_NOTICE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -712,11 +717,14 @@ impl Connection {
         if timeout(bounded, self.socket.send(frame)).await.is_err() {
             return;
         }
-        // Wait (briefly) for the client's close reply so it sees a clean close.
+        // Wait (briefly) for the client's close reply so it sees a clean
+        // close. A few messages may still be on their way; a client still
+        // flooding is not read for the whole second.
         let _ = timeout(bounded, async {
-            while let Some(Ok(msg)) = self.socket.next().await {
-                if matches!(msg, Message::Close(_)) {
-                    break;
+            for _ in 0..CLOSE_DRAIN_MESSAGES {
+                match self.socket.next().await {
+                    Some(Ok(Message::Close(_))) | Some(Err(_)) | None => break,
+                    Some(Ok(_)) => {}
                 }
             }
         })

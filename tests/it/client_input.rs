@@ -10,8 +10,8 @@ use amble::protocol::pb::{self, ErrorCode, LeaveReason, client_message::Body as 
 use futures_util::{SinkExt as _, StreamExt as _};
 use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
-use tokio_tungstenite::tungstenite::protocol::frame::Frame;
-use tokio_tungstenite::tungstenite::protocol::frame::coding::{Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::{Control, Data, OpCode};
+use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
 
 use crate::support::*;
 
@@ -278,7 +278,8 @@ async fn every_text_frame_is_refused_and_counted() {
     let server = TestServer::start().await;
     let (mut watcher, _) = server.joined("lobby", "watcher").await;
     // (frames, close code): valid UTF-8 is 1003, invalid 1007 (RFC 6455 8.1).
-    let cases: [(Vec<Message>, u16); 4] = [
+    let close_reason = [0x03, 0xe8, b'b', 0xff, b'y', b'e'];
+    let cases: [(Vec<Message>, u16); 5] = [
         (vec![Message::Text("{\"join\":{}}".into())], 1003),
         (vec![fragment(Data::Text, &[b'o', 0xff, b'k'], true)], 1007),
         (
@@ -293,6 +294,17 @@ async fn every_text_frame_is_refused_and_counted() {
                 fragment(Data::Text, b"ok so far", false),
                 fragment(Data::Continue, &[0xc3, 0x28], true),
             ],
+            1007,
+        ),
+        // A Close whose reason is not UTF-8 is answered the same way.
+        (
+            vec![Message::Frame(Frame::from_payload(
+                FrameHeader {
+                    opcode: OpCode::Control(Control::Close),
+                    ..FrameHeader::default()
+                },
+                close_reason.to_vec().into(),
+            ))],
             1007,
         ),
     ];
@@ -324,7 +336,7 @@ async fn every_text_frame_is_refused_and_counted() {
         server
             .metric("amble_rejected_total{reason=\"text_frame\"}")
             .await,
-        4.0
+        5.0
     );
     watcher.ping().await;
 }
