@@ -15,6 +15,14 @@ use tokio_tungstenite::tungstenite::protocol::frame::{Frame, FrameHeader};
 
 use crate::support::*;
 
+/// A `Left`: who left, and why.
+fn left(m: &pb::ServerMessage) -> Option<(u32, i32)> {
+    match &m.body {
+        Some(S::Left(l)) => Some((l.member_id, l.reason)),
+        _ => None,
+    }
+}
+
 /// What a flooding client saw before it was closed.
 #[derive(Debug, Default)]
 struct Seen {
@@ -68,12 +76,7 @@ async fn a_ping_flood_is_closed(msg: Message) -> (Seen, u32) {
         (1..=secs + 1).contains(&seen.rate_limited),
         "{seen:?} in {secs} s"
     );
-    let gone = watcher
-        .until(|m| match &m.body {
-            Some(S::Left(l)) => Some((l.member_id, l.reason)),
-            _ => None,
-        })
-        .await;
+    let gone = watcher.until(left).await;
     assert_eq!(gone, (w.member_id, LeaveReason::Kicked as i32));
     assert_eq!(
         server
@@ -324,12 +327,7 @@ async fn every_text_frame_is_refused_and_counted() {
         assert!(text.contains("binary"), "{text}");
         assert_eq!(c.expect_close().await, code, "case {i}");
         // The room is told the member was kicked, not that it vanished.
-        let gone = watcher
-            .until(|m| match &m.body {
-                Some(S::Left(l)) => Some((l.member_id, l.reason)),
-                _ => None,
-            })
-            .await;
+        let gone = watcher.until(left).await;
         assert_eq!(gone, (w.member_id, LeaveReason::Kicked as i32), "case {i}");
     }
     assert_eq!(
