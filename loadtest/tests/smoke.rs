@@ -35,14 +35,10 @@ impl TestServer {
         Self::with(config).await
     }
 
-    /// A server whose ping budget (`--pings-per-sec`) is off, as the rpc
-    /// scenario needs; a server without that budget as it is.
+    /// A server whose ping budget is off (`--pings-per-sec 0`), as the
+    /// rpc scenario needs.
     async fn without_ping_budget() -> Self {
-        let args = ["amble", "--pings-per-sec", "0"];
-        match amble::config::Config::try_parse_from(args) {
-            Ok(config) => Self::with(config).await,
-            Err(_) => Self::start(&[]).await,
-        }
+        Self::start(&["--pings-per-sec", "0"]).await
     }
 
     async fn with(config: amble::config::Config) -> Self {
@@ -722,67 +718,13 @@ async fn a_room_too_small_for_the_bots_is_refused_up_front() {
     server.stop().await;
 }
 
-/// A server whose ping budget answers the first Ping with Error FLOOD and
-/// closes with 1008, as amble does over `--pings-per-sec`.
-#[allow(
-    clippy::result_large_err,
-    reason = "tungstenite's handshake callback returns its own error type"
-)]
-async fn budget_server() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind 127.0.0.1:0");
-    let addr = listener.local_addr().expect("local addr");
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                // The load tester's reachability probe and its GET /metrics
-                // are not WebSockets: they fail here and are dropped.
-                use tokio_tungstenite::tungstenite::handshake::server::{Request, Response};
-                let amble_v1 = |_: &Request, mut response: Response| {
-                    response.headers_mut().insert(
-                        "Sec-WebSocket-Protocol",
-                        protocol::SUBPROTOCOL.parse().expect("a header value"),
-                    );
-                    Ok(response)
-                };
-                let Ok(mut ws) = tokio_tungstenite::accept_hdr_async(stream, amble_v1).await else {
-                    return;
-                };
-                while let Some(Ok(frame)) = ws.next().await {
-                    let Message::Binary(bytes) = frame else {
-                        continue;
-                    };
-                    let Ok(msg) = pb::ClientMessage::decode(&bytes[..]) else {
-                        return;
-                    };
-                    if let Some(pb::client_message::Body::Ping(_)) = msg.body {
-                        let error =
-                            protocol::encode_server(pb::server_message::Body::Error(pb::Error {
-                                code: protocol::ErrorCode::Flood as i32,
-                                message: "too many pings".into(),
-                            }));
-                        let _ = ws.send(Message::Binary(error)).await;
-                        let close = tokio_tungstenite::tungstenite::protocol::CloseFrame {
-                            code: tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode::Policy,
-                            reason: "flood".into(),
-                        };
-                        let _ = ws.close(Some(close)).await;
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    addr
-}
-
 /// The rpc scenario stopped by the server's ping budget says, first, how to
 /// turn the budget off for the benchmark, and exits non-zero.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpc_stopped_by_the_ping_budget_says_how_to_turn_it_off() {
-    let addr = budget_server().await;
-    let url = format!("ws://{addr}/ws");
+    // amble's default budget: 5 pings a second.
+    let server = TestServer::start(&[]).await;
+    let url = server.url();
     let out = Bin::start(&[
         "--url",
         &url,
@@ -805,6 +747,7 @@ async fn rpc_stopped_by_the_ping_budget_says_how_to_turn_it_off() {
         "{}",
         out.stdout
     );
+    server.stop().await;
 }
 
 /// The load tester raises its soft limit on open files to the hard limit,
