@@ -1,0 +1,12 @@
+//! Browser tests: the demo in Debian's headless Chromium, driven through
+//! chromedriver (WebDriver), against the real server in-process on
+//! 127.0.0.1:0. Part of `cargo test`; without `chromium` and
+//! `chromium-driver` installed they fail, saying what to install.
+//! The harness is in [`driver`]; screenshots go to
+//! target/browser-artifacts/<test>/.
+
+mod demo;
+// Not every helper is used by every group of scenarios (the crowd example
+// shares this file too).
+#[allow(dead_code)]
+mod driver;
