@@ -5,9 +5,13 @@
 //!    (camelCase, the oneof flattened) so the shared test vectors in
 //!    `web/test/vectors.json` can show each message as JSON beside its bytes.
 //! 2. Lists the browser client's files under `web/` (not `web/test` or
-//!    `node_modules`) for `src/web.rs` to embed.
+//!    `node_modules`; the rule is in `src/web/files.rs`) for `src/web.rs`
+//!    to embed, and has cargo watch those files only.
 
 use std::path::{Path, PathBuf};
+
+#[path = "src/web/files.rs"]
+mod files;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let proto = "proto/amble/v1/amble.proto";
@@ -20,15 +24,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .field_attribute("amble.v1.ServerMessage.body", "#[serde(flatten)]")
         .compile_fds(descriptors)?;
 
+    // Cargo watches only the client's own files (and the subdirectories
+    // that hold them, so a file added there is seen). Not `web/` itself:
+    // cargo scans a watched directory whole, and `web/test` changes without
+    // touching the client. A file added at the top of `web/` is seen when
+    // any client file changes, or by the test in src/web.rs that compares
+    // the embedded list with the directory.
     let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
-    println!("cargo:rerun-if-changed=web");
-    let mut files = Vec::new();
-    if web.is_dir() {
-        collect(&web, &web, &mut files)?;
+    let listing = files::list(&web)?;
+    for dir in &listing.dirs {
+        println!("cargo:rerun-if-changed={}", dir.display());
     }
-    files.sort();
     let mut table = String::from("&[\n");
-    for (rel, abs) in &files {
+    for (rel, abs) in &listing.files {
         println!("cargo:rerun-if-changed={}", abs.display());
         table.push_str(&format!(
             "    ({rel:?}, include_bytes!({:?})),\n",
@@ -38,30 +46,5 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     table.push_str("]\n");
     let out = PathBuf::from(std::env::var("OUT_DIR")?).join("web_assets.rs");
     std::fs::write(out, table)?;
-    Ok(())
-}
-
-fn collect(root: &Path, dir: &Path, files: &mut Vec<(String, PathBuf)>) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let path = entry.path();
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') {
-            continue;
-        }
-        if path.is_dir() {
-            if name != "test" && name != "node_modules" {
-                println!("cargo:rerun-if-changed={}", path.display());
-                collect(root, &path, files)?;
-            }
-        } else if !matches!(name.as_str(), "package.json" | "package-lock.json") {
-            let rel = path
-                .strip_prefix(root)
-                .map_err(std::io::Error::other)?
-                .to_string_lossy()
-                .replace('\\', "/");
-            files.push((rel, path));
-        }
-    }
     Ok(())
 }

@@ -1,6 +1,9 @@
 //! The browser client, embedded from `web/` at compile time so the server
 //! binary is the whole product. `build.rs` lists the files.
 
+#[cfg(test)]
+mod files;
+
 use axum::http::{HeaderValue, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 
@@ -59,5 +62,19 @@ mod tests {
         assert_eq!(content_type("/amble.js"), "text/javascript; charset=utf-8");
         assert_eq!(content_type("x"), "application/octet-stream");
         assert!(find("/no-such-file").is_none());
+    }
+
+    /// build.rs watches the client's files, not `web/` itself, so a file
+    /// added at the top of `web/` is embedded only once build.rs runs again.
+    #[test]
+    fn every_file_of_the_client_is_embedded() {
+        let web = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
+        let listing = files::list(&web).expect("list web/");
+        let on_disk: Vec<&str> = listing.files.iter().map(|(rel, _)| rel.as_str()).collect();
+        let embedded: Vec<&str> = ASSETS.iter().map(|(path, _)| *path).collect();
+        assert_eq!(
+            embedded, on_disk,
+            "web/ has other files than the build embedded: `touch build.rs` and build again"
+        );
     }
 }

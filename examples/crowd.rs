@@ -1,0 +1,249 @@
+//! A crowd for the demo: N bots (default 499, so the room holds 500 with
+//! the viewer) walk and move freely in one room while headless Chromium
+//! renders it at 1280x720, zoomed out so that every avatar is on screen.
+//! Prints what the page measured, as JSON: frames per second and the
+//! script time of each frame. A measuring tool, not a test:
+//!
+//! ```text
+//! cargo run --release --example crowd -- [--bots 499] [--seconds 20]
+//! ```
+//!
+//! The server runs in-process on 127.0.0.1:0 and the bots are WebSocket
+//! clients in the same process; traffic stays on loopback. Needs Debian's
+//! `chromium` and `chromium-driver` (the harness of the browser test,
+//! tests/browser/driver.rs). The last frame is saved as
+//! target/browser-artifacts/crowd/crowd.png. The whole run is bounded:
+//! `--seconds` plus three minutes to start and stop.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use amble::config::Config;
+use amble::protocol::pb::{self, client_message::Body as C, server_message::Body as S};
+use amble::protocol::{Motion, Position, Walk, encode_client, move_body};
+use clap::Parser;
+use futures_util::{SinkExt as _, StreamExt as _};
+use prost::Message as _;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::http::HeaderValue;
+
+#[allow(dead_code)]
+#[path = "../tests/browser/driver.rs"]
+mod driver;
+
+use driver::{Browser, Server, Viewport, WAIT, within};
+
+const ROOM: &str = "crowd";
+/// Bots connect this many at a time.
+const BATCH: usize = 50;
+/// Samples dropped at the start, while the page settles.
+const WARM_UP: usize = 3;
+
+/// Measures the demo's frame rate with a crowd in the room.
+#[derive(Parser)]
+struct Args {
+    /// Bots in the room besides the viewer.
+    #[arg(long, default_value_t = 499, value_parser = clap::value_parser!(u32).range(1..=9_999))]
+    bots: u32,
+    /// Seconds to sample the page, once a second (the first three are dropped).
+    #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(5..=3_600))]
+    seconds: u32,
+}
+
+#[tokio::main]
+async fn main() {
+    let args = Args::parse();
+    raise_open_file_limit();
+    let limit = Duration::from_secs(u64::from(args.seconds) + 180);
+    let report = within(limit, "the crowd measurement", run(&args)).await;
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&report).expect("JSON report")
+    );
+}
+
+/// Two sockets per bot in one process: more than the 1,024 open files many
+/// systems give a process by default, so take what the hard limit allows.
+fn raise_open_file_limit() {
+    use rustix::process::{Resource, getrlimit, setrlimit};
+    let mut limit = getrlimit(Resource::Nofile);
+    if limit.current < limit.maximum {
+        limit.current = limit.maximum;
+        if let Err(err) = setrlimit(Resource::Nofile, limit) {
+            eprintln!("could not raise the open-file limit: {err}");
+        }
+    }
+}
+
+async fn run(args: &Args) -> Value {
+    let config = Config {
+        room_capacity: Config::default().room_capacity.max(args.bots + 1),
+        ..Config::default()
+    };
+    let server = Server::start(config).await;
+    let mut bots: Vec<JoinHandle<()>> = Vec::new();
+    let ids: Vec<u32> = (0..args.bots).collect();
+    for chunk in ids.chunks(BATCH) {
+        let joined =
+            futures_util::future::join_all(chunk.iter().map(|&i| bot(server.addr, i))).await;
+        bots.extend(joined);
+    }
+    eprintln!("{} bots in room {ROOM}", bots.len());
+
+    let browser = Browser::start("crowd").await;
+    let page = browser.open("viewer", Viewport::DESKTOP).await;
+    page.goto(&server.url(&format!("/#{ROOM}"))).await;
+    page.fill("#name", "Viewer").await;
+    page.click("#join").await;
+    page.wait_for(
+        "the viewer to join",
+        "() => window.ambleDemo.state() === 'joined'",
+        &[],
+    )
+    .await;
+    for _ in 0..12 {
+        page.eval::<Value>("() => window.ambleDemo.zoom(1 / 1.25)", &[])
+            .await;
+    }
+    let mut samples = Vec::new();
+    let mut every_second = tokio::time::interval(Duration::from_secs(1));
+    every_second.tick().await;
+    for _ in 0..args.seconds {
+        every_second.tick().await;
+        let sample: Value = page
+            .eval(
+                "() => ({ ...window.ambleDemo.frameStats(), \
+                 members: window.ambleDemo.members().length, stats: window.ambleDemo.stats() })",
+                &[],
+            )
+            .await;
+        samples.push(sample);
+    }
+    let screenshot = page.screenshot("crowd").await;
+    let errors = page.close().await;
+    for bot in &bots {
+        bot.abort();
+    }
+    server.stop().await;
+    drop(browser);
+
+    let steady = &samples[WARM_UP..];
+    let num = |v: &Value, k: &str| v[k].as_f64().unwrap_or(f64::NAN);
+    let (first, last) = (&steady[0]["stats"], &steady[steady.len() - 1]["stats"]);
+    let secs = (steady.len() - 1) as f64;
+    let n = steady.len() as f64;
+    json!({
+        "bots": args.bots,
+        "members": steady[steady.len() - 1]["members"],
+        "fps_min": steady.iter().map(|s| num(s, "fps")).fold(f64::INFINITY, f64::min),
+        "fps_avg": steady.iter().map(|s| num(s, "fps")).sum::<f64>() / n,
+        "frame_script_ms_avg": steady.iter().map(|s| num(s, "workMsAvg")).sum::<f64>() / n,
+        "frame_script_ms_max": steady.iter().map(|s| num(s, "workMsMax")).fold(0.0, f64::max),
+        "updates_in_per_s": (num(last, "motionUpdatesIn") - num(first, "motionUpdatesIn")) / secs,
+        "wire_bytes_in_per_s": (num(last, "wireBytesIn") - num(first, "wireBytesIn")) / secs,
+        "page_errors": errors,
+        "screenshot": screenshot,
+    })
+}
+
+/// One bot: joins, then walks (half of them) or moves freely, at most one
+/// move a second, reading and dropping what the room sends. Returns once
+/// it is in the room.
+async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
+    let mut req = format!("ws://{addr}/ws")
+        .into_client_request()
+        .expect("a request");
+    req.headers_mut().insert(
+        "Sec-WebSocket-Protocol",
+        HeaderValue::from_static(amble::protocol::SUBPROTOCOL),
+    );
+    let (ws, _) = within(
+        WAIT,
+        "a bot to connect",
+        tokio_tungstenite::connect_async(req),
+    )
+    .await
+    .unwrap_or_else(|err| panic!("bot {i}: {err}"));
+    let (mut tx, mut rx) = ws.split();
+    let join = C::Join(pb::Join {
+        room: ROOM.into(),
+        name: format!("bot {i}"),
+    });
+    tx.send(Message::Binary(encode_client(join).into()))
+        .await
+        .expect("send join");
+    let limits = within(WAIT, "a bot's welcome", async {
+        while let Some(frame) = rx.next().await {
+            let Ok(Message::Binary(bytes)) = frame else {
+                continue;
+            };
+            match pb::ServerMessage::decode(bytes).map(|m| m.body) {
+                Ok(Some(S::Welcome(w))) => return w.limits.expect("limits"),
+                Ok(Some(S::Error(e))) => panic!("bot {i}: {}", e.message),
+                _ => {}
+            }
+        }
+        panic!("bot {i}: closed before the welcome")
+    })
+    .await;
+    // Only the page's figures matter: the rest is read and dropped.
+    tokio::spawn(async move { while let Some(Ok(_)) = rx.next().await {} });
+
+    tokio::spawn(async move {
+        let mut rng = fastrand::Rng::with_seed(u64::from(i));
+        let (w, h) = (
+            f64::from(limits.world_width),
+            f64::from(limits.world_height),
+        );
+        let walker = i % 2 == 0;
+        let mut x = rng.f64() * w;
+        let mut y = rng.f64() * h;
+        let mut heading = rng.f64() * std::f64::consts::TAU;
+        let mut seq = 0u32;
+        let mut motion = Motion::standing(at(x, y));
+        let mut pause = Duration::from_millis(rng.u64(1_000..2_000));
+        loop {
+            seq += 1;
+            let msg = Message::Binary(encode_client(move_body(motion, seq, 0)).into());
+            if tx.send(msg).await.is_err() {
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            if walker {
+                let tx_ = (x + rng.f64() * 1_600.0 - 800.0).clamp(0.0, w);
+                let ty = (y + rng.f64() * 1_600.0 - 800.0).clamp(0.0, h);
+                let speed = rng.u32(110..220);
+                motion = Motion {
+                    position: at(x, y),
+                    walk: Some(Walk {
+                        target: at(tx_, ty),
+                        speed,
+                    }),
+                };
+                let walk_ms = (tx_ - x).hypot(ty - y) / f64::from(speed) * 1_000.0;
+                pause = Duration::from_millis(walk_ms as u64 + rng.u64(300..2_500));
+                (x, y) = (tx_, ty);
+            } else {
+                heading += rng.f64() * 1.2 - 0.6;
+                let d = 150.0 + rng.f64() * 100.0; // cm in this second
+                let (nx, ny) = (x + heading.cos() * d, y + heading.sin() * d);
+                if nx < 0.0 || nx > w || ny < 0.0 || ny > h {
+                    heading += std::f64::consts::PI;
+                }
+                (x, y) = (nx.clamp(0.0, w), ny.clamp(0.0, h));
+                motion = Motion::standing(at(x, y));
+                pause = Duration::from_millis(rng.u64(1_000..1_150));
+            }
+        }
+    })
+}
+
+fn at(x: f64, y: f64) -> Position {
+    Position {
+        x: x.round() as u32,
+        y: y.round() as u32,
+    }
+}
