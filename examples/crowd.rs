@@ -171,6 +171,7 @@ async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
     let join = C::Join(pb::Join {
         room: ROOM.into(),
         name: format!("bot {i}"),
+        ..Default::default()
     });
     tx.send(Message::Binary(encode_client(join).into()))
         .await
@@ -198,7 +199,7 @@ async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
             f64::from(limits.world_width),
             f64::from(limits.world_height),
         );
-        let walker = i % 2 == 0;
+        let walker = i.is_multiple_of(2);
         let mut x = rng.f64() * w;
         let mut y = rng.f64() * h;
         let mut heading = rng.f64() * std::f64::consts::TAU;
