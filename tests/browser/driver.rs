@@ -227,6 +227,9 @@ pub struct Browser {
     url: String,
     chromium: PathBuf,
     artifacts: PathBuf,
+    /// Chromium profiles, removed after drop has killed every Chromium
+    /// (fields drop after `Drop::drop`): a live one would write on.
+    profiles: Mutex<Vec<tempfile::TempDir>>,
     _turn: SemaphorePermit<'static>,
 }
 
@@ -267,6 +270,7 @@ impl Browser {
             url: String::new(),
             chromium,
             artifacts,
+            profiles: Mutex::new(Vec::new()),
             _turn: turn,
         };
         // "ChromeDriver was started successfully on port 40321."
@@ -306,6 +310,7 @@ impl Browser {
             .expect("a temporary profile directory");
         let mut args: Vec<String> = CHROMIUM_FLAGS.iter().map(|f| (*f).to_owned()).collect();
         args.push(format!("--user-data-dir={}", profile.path().display()));
+        self.profiles.lock().expect("profiles lock").push(profile);
         let caps = json!({
             "browserName": "chrome",
             "goog:chromeOptions": {
@@ -341,7 +346,6 @@ impl Browser {
             label: label.to_owned(),
             artifacts: self.artifacts.clone(),
             errors: Mutex::new(Vec::new()),
-            _profile: profile,
         }
     }
 }
@@ -406,7 +410,6 @@ pub struct Page {
     label: String,
     artifacts: PathBuf,
     errors: Mutex<Vec<String>>,
-    _profile: tempfile::TempDir,
 }
 
 impl Page {
