@@ -126,11 +126,13 @@ struct Member {
     pending: Option<Motion>,
 }
 
-/// A room name and how many members it has, for `GET /api/rooms`.
+/// A room name, how many members it has and how many it takes, for
+/// `GET /api/rooms`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct RoomInfo {
     pub name: String,
     pub members: usize,
+    pub capacity: usize,
 }
 
 impl Room {
@@ -520,6 +522,7 @@ impl Rooms {
             .map(|r| RoomInfo {
                 name: r.name.to_string(),
                 members: r.state().members.len(),
+                capacity: self.settings.capacity,
             })
             .filter(|r| r.members > 0)
             .collect();

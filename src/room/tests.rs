@@ -152,7 +152,8 @@ async fn join_welcomes_with_a_snapshot_and_tells_the_others() {
         rooms.list(),
         [RoomInfo {
             name: "lobby".into(),
-            members: 2
+            members: 2,
+            capacity: 10,
         }]
     );
 

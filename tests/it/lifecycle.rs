@@ -70,7 +70,7 @@ async fn join_snapshot_joined_and_left() {
 
 #[tokio::test]
 async fn rooms_are_separate_and_listed() {
-    let server = TestServer::start().await;
+    let server = TestServer::with(config(|c| c.room_capacity = 7)).await;
     let (_a, _) = server.joined("alpha", "a").await;
     let (_b, _) = server.joined("alpha", "b").await;
     let (c, _) = server.joined("beta", "c").await;
@@ -79,7 +79,10 @@ async fn rooms_are_separate_and_listed() {
     let json: serde_json::Value = serde_json::from_str(&body).expect("json");
     assert_eq!(
         json,
-        serde_json::json!({"rooms": [{"name": "alpha", "members": 2}, {"name": "beta", "members": 1}]})
+        serde_json::json!({"rooms": [
+            {"name": "alpha", "members": 2, "capacity": 7},
+            {"name": "beta", "members": 1, "capacity": 7},
+        ]})
     );
     // Leave, then Ping: the connection handles them in order, so the
     // Pong proves the Leave was applied.
