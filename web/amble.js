@@ -81,13 +81,26 @@ const PACING_SLACK_MS = 10;
  * Estimates server time from Ping/Pong: of the last few samples, the one
  * with the lowest round trip gives the offset (server time at arrival =
  * its server time + half the round trip).
+ *
+ * That estimate (`offsetMs`) steps whenever a better sample comes or the
+ * best one leaves the window: on a busy machine, by half the queueing delay
+ * of the samples (tens to hundreds of ms). `now()` does not step with it:
+ * it slews towards the estimate by at most `slew` ms per ms (5 %), so the
+ * time it gives never goes backwards and has no jumps, and whatever is
+ * drawn at it moves on smoothly. Only a difference over `snapMs` (the first
+ * estimate, or a server whose clock was set) is taken at once.
  */
 export class ServerClock {
-  constructor({ window = 8 } = {}) {
+  constructor({ window = 8, slew = 0.05, snapMs = 1000 } = {}) {
     this.window = window;
+    this.slew = slew;
+    this.snapMs = snapMs;
     this.samples = [];
-    /** Server time minus local time (ms); null until first known. */
+    /** Server time minus local time (ms), the newest estimate; null until first known. */
     this.offsetMs = null;
+    /** The offset `now()` uses, slewing towards `offsetMs`, and when it last moved (local ms). */
+    this.shownOffsetMs = null;
+    this.shownAtMs = 0;
     /** Round trip of the newest Pong (ms); null until the first. */
     this.rttMs = null;
   }
@@ -111,12 +124,25 @@ export class ServerClock {
 
   /** Server time now, given local time `localMs`; null when unknown. */
   now(localMs) {
-    return this.offsetMs === null ? null : localMs + this.offsetMs;
+    if (this.offsetMs === null) return null;
+    const diff = this.offsetMs - (this.shownOffsetMs ?? this.offsetMs);
+    if (this.shownOffsetMs === null || Math.abs(diff) > this.snapMs) {
+      this.shownOffsetMs = this.offsetMs;
+      this.shownAtMs = localMs;
+    } else if (localMs > this.shownAtMs) {
+      const step = (localMs - this.shownAtMs) * this.slew;
+      this.shownOffsetMs += diff < -step ? -step : diff > step ? step : diff;
+      this.shownAtMs = localMs;
+    }
+    return localMs + this.shownOffsetMs;
   }
 
+  /**
+   * Forgets the samples (a new connection has new round trips) but keeps
+   * the offset in use, so that time runs on smoothly across a reconnect.
+   */
   reset() {
     this.samples.length = 0;
-    this.offsetMs = null;
     this.rttMs = null;
   }
 }
@@ -382,18 +408,21 @@ export class AmbleClient {
 
   // ---------------------------------------------------------- time & clock
 
-  /** The estimated server time now (ms since the epoch). */
-  serverNow() {
-    return this.clock.now(this.now()) ?? Date.now();
+  /**
+   * The estimated server time (ms since the epoch) now, or at local time
+   * `localMs` (e.g. a frame's timestamp, on the clock of `options.now`).
+   */
+  serverNow(localMs = this.now()) {
+    return this.clock.now(localMs) ?? Date.now();
   }
 
   /**
    * The time to pass to `member.positionAt`: server time minus the render
    * delay for others, so their next update has usually arrived; now for
-   * yourself, whose motion is predicted locally.
+   * yourself, whose motion is predicted locally. `localMs` as in serverNow.
    */
-  renderTime(member = null) {
-    const now = this.serverNow();
+  renderTime(member = null, localMs = this.now()) {
+    const now = this.serverNow(localMs);
     return member && member.isSelf ? now : now - this.renderDelayMs;
   }
 

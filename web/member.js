@@ -46,9 +46,11 @@ function smooth(u) {
   return u * u * (3 - 2 * u);
 }
 
-// Scratch space, so that positionAt allocates nothing.
+// Scratch space, so that positionAt allocates nothing. Each has one user:
+// rawPositionAt writes `out` (which may be `scratch`) and reads `atB`.
 const scratch = { x: 0, y: 0 };
 const before = { x: 0, y: 0 };
+const atB = { x: 0, y: 0 };
 
 /** Where keyframe `k`'s own motion puts the member at `t` (into `out`). */
 function along(k, t, out) {
@@ -211,10 +213,10 @@ export class Member {
     const start = Math.max(a.t, b.t - maxInterpolationMs);
     along(a, t, out);
     if (t <= start) return out;
-    along(a, b.t, scratch);
+    along(a, b.t, atB);
     const f = (t - start) / (b.t - start);
-    out.x += (b.x - scratch.x) * f;
-    out.y += (b.y - scratch.y) * f;
+    out.x += (b.x - atB.x) * f;
+    out.y += (b.y - atB.y) * f;
     return out;
   }
 

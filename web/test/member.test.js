@@ -212,3 +212,22 @@ test('a member from the Welcome vector walks from where the snapshot says', () =
   assert.equal(round(y), round(4900 - (2400 * 1400) / dist));
   assert.deepEqual(at(bo, t0 + (dist / 140) * 1000 + 1), [2500, 2500]);
 });
+
+test('a new walk that arrives while the last one is under way causes no jump (issue 10, item 2)', () => {
+  // Walking (0,0) -> (1000,0) at 100 cm/s from t = 0; at t = 2000 the member
+  // turned. The update arrives late: the render time is 1500, mid-walk and
+  // past the blend's start, so the new keyframe's segment covers it.
+  const m = member();
+  m.reset(0, 0, 0, walk(1000, 0, 100));
+  assert.deepEqual(at(m, 1500), [150, 0]);
+  m.update(2000, 200, 0, walk(200, 500, 100), 1500);
+  assert.deepEqual(at(m, 1500), [150, 0], 'drawn where it was: no ease back towards the walk start');
+  assert.equal(m.easeDx, 0);
+  // And it blends on into the turn without a step.
+  let prev = m.positionAt(1500, { x: 0, y: 0 });
+  for (let t = 1516; t <= 3000; t += 16) {
+    const p = m.positionAt(t, { x: 0, y: 0 });
+    assert.ok(Math.hypot(p.x - prev.x, p.y - prev.y) < 4, `a step at ${t}`);
+    prev = p;
+  }
+});
