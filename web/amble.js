@@ -234,14 +234,21 @@ export function explainError(code, serverMessage = '') {
   }
 }
 
-/** Error codes that refuse a Join; the socket stays open. */
+/** Error codes that refuse a Join; the socket stays open. RATE_LIMITED refuses one when joining too often. */
 const REFUSALS = new Set([
   ErrorCode.ROOM_FULL,
   ErrorCode.INVALID_NAME,
   ErrorCode.INVALID_ROOM,
   ErrorCode.UNAUTHENTICATED,
   ErrorCode.FORBIDDEN,
+  ErrorCode.RATE_LIMITED,
 ]);
+
+/** The wait a RATE_LIMITED message names ("... next allowed in 1840 ms"), or null. */
+export function retryAfterMs(serverMessage) {
+  const m = /\bin (\d+) ms\b/.exec(serverMessage ?? '');
+  return m ? Number(m[1]) : null;
+}
 
 /** Close code of a connection replaced by a newer one of the same user. */
 const CLOSE_REPLACED = 4000;
@@ -499,6 +506,7 @@ export class AmbleClient {
     }
     ws.binaryType = 'arraybuffer';
     this.ws = ws;
+    this.wsOpened = false;
     ws.onopen = () => this.onOpen(ws);
     ws.onmessage = (ev) => this.onMessage(ws, ev.data);
     ws.onclose = (ev) => this.onClose(ws, ev);
@@ -507,6 +515,7 @@ export class AmbleClient {
 
   onOpen(ws) {
     if (ws !== this.ws) return;
+    this.wsOpened = true;
     this.stats.extensions = ws.extensions ?? '';
     this.clock.reset();
     this.setState(State.OPEN);
@@ -534,7 +543,9 @@ export class AmbleClient {
       error,
       willReconnect: retry,
       retryInMs,
-      text: closeText(code, error, retryInMs),
+      /** False when the socket never opened: the server could not be reached. */
+      opened: this.wsOpened,
+      text: closeText(code, error, retryInMs, this.wsOpened),
     };
     if (retry) {
       this.attempt++;
@@ -764,6 +775,13 @@ export class AmbleClient {
     return true;
   }
 
+  /** How long (ms) until chat() may send again: 0 when it may now. */
+  chatWaitMs() {
+    const interval = this.limits.chatIntervalMs + PACING_SLACK_MS;
+    const tokens = Math.min(Math.max(1, this.limits.chatBurst), this.chatTokens + (this.now() - this.chatTokensAt) / interval);
+    return tokens >= 1 ? 0 : Math.ceil((1 - tokens) * interval);
+  }
+
   // ------------------------------------------------------------ receiving
 
   onMessage(ws, data) {
@@ -917,6 +935,15 @@ export class AmbleClient {
 
   onError(e) {
     const info = { code: e.code, message: e.message, text: explainError(e.code, e.message), refused: false };
+    if (e.code === ErrorCode.RATE_LIMITED) {
+      info.retryInMs = retryAfterMs(e.message);
+      if (info.retryInMs !== null && this.state === State.JOINED) {
+        // A chat the server dropped: wait as long as it says.
+        const interval = this.limits.chatIntervalMs + PACING_SLACK_MS;
+        this.chatTokens = Math.min(1 - this.chatWaitMs() / interval, 1 - info.retryInMs / interval);
+        this.chatTokensAt = this.now();
+      }
+    }
     this.lastError = info;
     if (REFUSALS.has(e.code) && this.state === State.JOINING) {
       // Refused: not worth retrying by itself; the socket stays open.
@@ -975,18 +1002,19 @@ export function defaultRenderDelay(limits) {
   return limits.moveIntervalMs + limits.tickMs + JITTER_MARGIN_MS;
 }
 
-function closeText(code, error, retryInMs) {
-  const why = error
-    ? explainError(error.code, error.message)
-    : code === 1001
-      ? 'The server went away.'
-      : code === 1013
-        ? 'The server is busy.'
-        : code === CLOSE_REPLACED
-          ? explainError(ErrorCode.REPLACED)
-        : code === 1000
-          ? 'The server closed the connection.'
-          : 'The connection was lost.';
+/** Why a connection closed, in a sentence; `opened` false when it never opened. */
+function closeReason(code, error, opened) {
+  if (error) return explainError(error.code, error.message);
+  if (!opened) return "Can't reach the server.";
+  if (code === 1001) return 'The server went away.';
+  if (code === 1013) return 'The server is busy.';
+  if (code === CLOSE_REPLACED) return explainError(ErrorCode.REPLACED);
+  if (code === 1000) return 'The server closed the connection.';
+  return 'The connection was lost.';
+}
+
+function closeText(code, error, retryInMs, opened = true) {
+  const why = closeReason(code, error, opened);
   if (retryInMs === null) return why;
   return `${why} Reconnecting in ${Math.max(1, Math.round(retryInMs / 1000))} s…`;
 }
