@@ -4,14 +4,20 @@
 //
 // window.ambleDemo is a read-only hook for tests: what the page renders.
 
-import { AmbleClient, LeaveReason, State, nameProblem, roomProblem } from './amble.js';
-import { FloorView, avatarSprite, bubbleSprite, colourFor, labelSprite } from './view.js';
+import { AmbleClient, ErrorCode, LeaveReason, State, nameProblem, roomProblem } from './amble.js';
+import { FloorView, avatarSprite, bubbleSprite, distinctColour, labelSprite } from './view.js';
+import { ReturnFilter, inSeconds, keyBelongsTo, roomStatus, titleFor } from './ui.js';
 
 const MOVE_SPEED_CM_S = 300; // free movement with the keys
 const WALK_SPEED_CM_S = 300; // click-to-move
 const ROOMS_REFRESH_MS = 3000;
 const MAX_MESSAGES = 150;
 const NAME_KEY = 'amble.name';
+const STATS_KEY = 'amble.stats';
+const GO_TO_SPEED_CM_S = 900; // "go to" someone from the People list
+const HIGHLIGHT_MS = 6000; // how long someone you went to stays marked
+const NEWCOMER_MS = 10_000; // how long a new arrival off screen gets an edge marker
+const narrow = matchMedia('(max-width: 760px)');
 
 const $ = (id) => document.getElementById(id);
 const ui = {
@@ -27,8 +33,11 @@ const ui = {
   roomName: $('room-name'),
   roomCount: $('room-count'),
   leave: $('leave'),
+  statsToggle: $('stats-toggle'),
   stage: $('stage'),
   canvas: $('floor'),
+  minimap: $('minimap'),
+  hudBox: $('hud'),
   banner: $('banner'),
   hint: $('hint'),
   zoomIn: $('zoom-in'),
@@ -54,6 +63,7 @@ const ui = {
   messages: $('messages'),
   chatForm: $('chat-form'),
   chatInput: $('chat-input'),
+  chatStatus: $('chat-status'),
 };
 
 const client = new AmbleClient({ walkSpeed: WALK_SPEED_CM_S });
@@ -71,19 +81,25 @@ let selfEntry = null;
 
 function addEntry(member) {
   removeEntry(member.id);
-  const colour = colourFor(member.name);
+  const twins = entries.filter((o) => o.name === member.name);
+  const colour = distinctColour(member.name, twins.map((o) => o.colour));
   const e = {
     member,
     id: member.id,
     name: member.name,
     colour,
+    tag: '',
     sprite: avatarSprite(member.name, colour),
-    label: labelSprite(member.name, member.isSelf, view.dpr),
+    label: null,
     bubble: null,
     bubbleText: '',
     bubbleUntil: 0,
+    notableUntil: 0,
     x: 0,
     y: 0,
+    sx: 0,
+    sy: 0,
+    onScreen: true,
     walking: false,
     tx: 0,
     ty: 0,
@@ -92,6 +108,7 @@ function addEntry(member) {
   entries.push(e);
   byId.set(member.id, e);
   if (member.isSelf) selfEntry = e;
+  retag(member.name);
   return e;
 }
 
@@ -102,6 +119,18 @@ function removeEntry(id) {
   const i = entries.indexOf(e);
   if (i >= 0) entries.splice(i, 1);
   if (selfEntry === e) selfEntry = null;
+  retag(e.name);
+}
+
+/** Members who share a name are told apart by their number (and colour). */
+function retag(name) {
+  const twins = entries.filter((o) => o.name === name);
+  for (const o of twins) {
+    const tag = twins.length > 1 ? `#${o.id}` : '';
+    if (o.label && o.tag === tag) continue;
+    o.tag = tag;
+    o.label = labelSprite(o.name, o.member.isSelf, view.dpr, tag);
+  }
 }
 
 /** Rebuilds the entries from client.members, keeping those still there. */
@@ -114,32 +143,51 @@ function syncEntries() {
 }
 
 function rebuildLabels() {
-  for (const e of entries) e.label = labelSprite(e.name, e.member.isSelf, view.dpr);
+  for (const e of entries) e.label = labelSprite(e.name, e.member.isSelf, view.dpr, e.tag);
+}
+
+/** A name as shown in lists: with its number when someone else has it too. */
+function shownName(e, fallback) {
+  if (!e) return fallback;
+  return e.tag ? `${e.name} ${e.tag}` : e.name;
 }
 
 // ------------------------------------------------------------------ lobby
 
 let roomsTimer = null;
+let joinPending = false; // a Join from the lobby, not answered yet
+let unreachableShown = false; // the lobby error is the "can't reach" one
 
 async function refreshRooms() {
+  let rooms;
   try {
-    const res = await fetch('/api/rooms', { cache: 'no-store' });
+    const res = await fetch('/api/rooms', { cache: 'no-store', signal: AbortSignal.timeout(ROOMS_REFRESH_MS) });
     if (!res.ok) throw new Error(`HTTP ${res.status}`);
-    const { rooms } = await res.json();
-    renderRooms(rooms);
-    ui.roomsStatus.textContent = rooms.length ? `${rooms.reduce((n, r) => n + r.members, 0)} online` : '';
+    ({ rooms } = await res.json());
   } catch {
-    ui.roomsStatus.textContent = 'server unreachable';
+    // Nothing listed is known to be open any more: no stale Join buttons.
+    ui.lobby.classList.add('offline');
+    ui.roomsStatus.textContent = 'offline';
+    ui.rooms.replaceChildren(emptyRow("Can't reach the server. The list comes back when it does."));
+    return;
   }
+  ui.lobby.classList.remove('offline');
+  if (unreachableShown && !joinPending) setLobbyError('');
+  renderRooms(rooms);
+  ui.roomsStatus.textContent = rooms.length ? `${rooms.reduce((n, r) => n + r.members, 0)} online` : '';
+}
+
+function emptyRow(text) {
+  const li = document.createElement('li');
+  li.className = 'empty';
+  li.textContent = text;
+  return li;
 }
 
 function renderRooms(rooms) {
   ui.rooms.replaceChildren();
   if (rooms.length === 0) {
-    const li = document.createElement('li');
-    li.className = 'empty';
-    li.textContent = 'No one is here yet. Name a room above to open it.';
-    ui.rooms.append(li);
+    ui.rooms.append(emptyRow('No one is here yet. Name a room above to open it.'));
     return;
   }
   rooms.sort((a, b) => b.members - a.members || a.name.localeCompare(b.name, undefined, { numeric: true }));
@@ -153,14 +201,20 @@ function renderRooms(rooms) {
     const name = document.createElement('span');
     name.className = 'room-name';
     name.textContent = r.name;
+    const status = roomStatus(r);
     const count = document.createElement('span');
     count.className = 'pill';
-    count.textContent = `${r.members}`;
-    count.title = `${r.members} ${r.members === 1 ? 'member' : 'members'}`;
+    count.textContent = status.count;
+    count.title = status.title;
     const join = document.createElement('span');
     join.className = 'room-join';
-    join.textContent = 'Join →';
+    join.textContent = status.full ? 'Full' : 'Join →';
     b.append(dot, name, count, join);
+    b.setAttribute('aria-label', `${r.name}: ${status.title}`);
+    if (status.full) {
+      li.className = 'full';
+      b.disabled = true;
+    }
     b.addEventListener('click', () => {
       ui.room.value = r.name;
       requestJoin();
@@ -173,9 +227,10 @@ function renderRooms(rooms) {
 function showLobby(message = '') {
   ui.roomView.hidden = true;
   ui.lobby.hidden = false;
-  ui.join.disabled = false;
-  ui.join.textContent = 'Join room';
+  joinPending = false;
+  resetJoinButton();
   setLobbyError(message);
+  document.title = titleFor(null, 0);
   if (location.hash) history.replaceState(null, '', location.pathname + location.search);
   refreshRooms();
   clearInterval(roomsTimer);
@@ -185,6 +240,12 @@ function showLobby(message = '') {
 function setLobbyError(message) {
   ui.lobbyError.textContent = message;
   ui.lobbyError.hidden = !message;
+  unreachableShown = false;
+}
+
+function resetJoinButton() {
+  ui.join.disabled = false;
+  ui.join.textContent = 'Join room';
 }
 
 function requestJoin() {
@@ -206,6 +267,7 @@ function requestJoin() {
   setLobbyError('');
   ui.join.disabled = true;
   ui.join.textContent = 'Joining…';
+  joinPending = true;
   client.join(room, name);
 }
 
@@ -225,6 +287,8 @@ function showRoom() {
   rebuildLabels();
   view.setWorld(client.room, client.limits.worldWidth, client.limits.worldHeight);
   if (location.hash.slice(1) !== client.room) history.replaceState(null, '', `#${client.room}`);
+  updateTitle();
+  updateChatStatus();
 }
 
 ui.leave.addEventListener('click', () => {
@@ -241,17 +305,59 @@ function clearRoomView() {
   ui.people.replaceChildren();
   keys.clear();
   setBanner('');
+  unread = 0;
+  lastOthersAt = -Infinity;
+  returning.clear();
+  reconnectAt = 0;
+  chatWaitUntil = 0;
+  view.highlight(null, 0);
 }
+
+// The stats panel: shown by default on wide screens, remembered once chosen.
+function setStats(shown) {
+  ui.hudBox.hidden = !shown;
+  ui.statsToggle.setAttribute('aria-pressed', String(shown));
+}
+ui.statsToggle.addEventListener('click', () => {
+  const shown = ui.hudBox.hidden;
+  setStats(shown);
+  localStorage.setItem(STATS_KEY, shown ? '1' : '0');
+});
+{
+  const saved = localStorage.getItem(STATS_KEY);
+  setStats(saved === null ? !narrow.matches : saved === '1');
+}
+
+// The title: the room, and chat that came while you were not looking.
+let unread = 0;
+
+function chatInView() {
+  return !document.hidden && !(narrow.matches && ui.side.dataset.tab !== 'chat');
+}
+
+function updateTitle() {
+  if (chatInView()) unread = 0;
+  document.title = titleFor(ui.roomView.hidden ? null : client.room, unread);
+}
+document.addEventListener('visibilitychange', updateTitle);
 
 // -------------------------------------------------------- client events
 
+/** Who was here when the connection dropped: their return is not news. */
+const returning = new ReturnFilter();
+
 client.on('welcome', ({ rejoined }) => {
+  joinPending = false;
   if (!rejoined) {
     clearRoomView();
     addNotice(`You joined ${client.room}.`);
   } else {
+    const present = [];
+    for (const m of client.members.values()) if (!m.isSelf) present.push(m.name);
+    returning.rejoined(performance.now(), present);
     addNotice('Reconnected.');
   }
+  reconnectAt = 0;
   syncEntries();
   showRoom();
   setBanner('');
@@ -280,15 +386,18 @@ function stepAside() {
 }
 
 client.on('joined', (m) => {
-  addEntry(m);
+  const e = addEntry(m);
   peopleDirty = true;
-  queueNotice('joined', m.name);
+  if (returning.returning(m.name, performance.now())) return;
+  e.notableUntil = performance.now() + NEWCOMER_MS;
+  queueNotice('joined', shownName(e, m.name));
 });
 
 client.on('left', (m, reason) => {
+  const name = shownName(byId.get(m.id), m.name);
   removeEntry(m.id);
   peopleDirty = true;
-  queueNotice(reason === LeaveReason.TIMED_OUT ? 'timed out' : 'left', m.name);
+  queueNotice(reason === LeaveReason.TIMED_OUT ? 'timed out' : 'left', name);
 });
 
 client.on('resync', () => syncEntries());
@@ -296,29 +405,63 @@ client.on('resync', () => syncEntries());
 client.on('chat', ({ member, memberId, text, serverTimeMs }) => {
   const e = byId.get(memberId);
   if (e) {
-    e.bubble = bubbleSprite(text, view.dpr);
+    // Smaller on a phone, so that a few bubbles do not cover the floor.
+    const small = view.cssW < 520;
+    e.bubble = bubbleSprite(text, view.dpr, small ? Math.min(170, view.cssW * 0.45) : 210, small ? 3 : 4);
     e.bubbleText = text;
     e.bubbleUntil = performance.now() + Math.min(9000, 4000 + text.length * 60);
   }
-  addChat(member ? member.name : `#${memberId}`, e ? e.colour : '#8a97a8', text, serverTimeMs, member?.isSelf);
+  addChat(shownName(e, member ? member.name : `#${memberId}`), e ? e.colour : '#8a97a8', text, serverTimeMs, member?.isSelf);
+  if (!member?.isSelf && !chatInView()) {
+    unread++;
+    updateTitle();
+  }
 });
 
 client.on('error', (err) => {
   if (err.refused) {
+    const text =
+      err.code === ErrorCode.RATE_LIMITED && err.retryInMs !== null
+        ? `You are joining too often: try again ${inSeconds(err.retryInMs)}.`
+        : err.text;
     clearRoomView();
-    showLobby(err.text);
+    showLobby(text);
     return;
   }
-  if (!ui.roomView.hidden) addNotice(err.text, true);
+  if (ui.roomView.hidden) return;
+  if (err.code === ErrorCode.RATE_LIMITED) {
+    chatWaitUntil = performance.now() + (err.retryInMs ?? client.chatWaitMs());
+    updateChatStatus();
+    return;
+  }
+  addNotice(err.text, true);
 });
 
 client.on('closed', (info) => {
+  if (ui.roomView.hidden) {
+    // A Join from the lobby that could not get through: stop and say why.
+    if (!joinPending) return;
+    joinPending = false;
+    if (info.willReconnect) client.close(); // emits 'closed' again, now ignored
+    resetJoinButton();
+    if (info.opened === false) {
+      setLobbyError("Can't reach the server. Check that it is running, then try again.");
+      unreachableShown = true;
+    } else {
+      setLobbyError(info.text.replace(/ Reconnecting in .*$/, ''));
+    }
+    refreshRooms();
+    return;
+  }
   if (info.willReconnect) {
+    if (reconnectAt === 0) {
+      const names = [];
+      for (const e of entries) if (e !== selfEntry) names.push(e.name);
+      returning.dropped(names);
+    }
     reconnectAt = performance.now() + info.retryInMs;
     reconnectWhy = info.text.replace(/ Reconnecting in .*$/, '');
-    if (ui.roomView.hidden) {
-      setLobbyError(info.text);
-    }
+    renderBanner();
     return;
   }
   reconnectAt = 0;
@@ -328,13 +471,24 @@ client.on('closed', (info) => {
   }
 });
 
-client.on('state', (state) => {
-  if (state === State.JOINED || state === State.OPEN) reconnectAt = 0;
+client.on('state', () => {
   renderHud();
+  updateChatStatus();
 });
 
-let reconnectAt = 0;
+let reconnectAt = 0; // while reconnecting: when the next attempt starts (performance.now)
 let reconnectWhy = '';
+
+/** While reconnecting, one line: why, and when the next attempt is (or that it is under way). */
+function renderBanner() {
+  if (!reconnectAt || ui.roomView.hidden) return;
+  const wait = reconnectAt - performance.now();
+  setBanner(
+    client.state === State.RECONNECTING && wait > 0
+      ? `${reconnectWhy} Reconnecting ${inSeconds(wait)}…`
+      : `${reconnectWhy} Reconnecting…`,
+  );
+}
 
 function setBanner(text, error = false) {
   ui.banner.hidden = !text;
@@ -404,17 +558,53 @@ function flushNotices() {
   }
 }
 
+let chatWaitUntil = 0; // the server or the budget said: no chat before (performance.now)
+
 ui.chatForm.addEventListener('submit', (ev) => {
   ev.preventDefault();
   const text = ui.chatInput.value;
-  if (!text.trim() || client.state !== State.JOINED) return;
+  if (!text.trim()) return;
+  if (client.state !== State.JOINED) {
+    // Kept in the box; the line above it says why it was not sent.
+    flashChatStatus();
+    return;
+  }
   try {
     if (client.chat(text)) ui.chatInput.value = '';
-    else addNotice('Slow down a little: chat is limited to a few messages at a time.', true);
+    else {
+      chatWaitUntil = performance.now() + client.chatWaitMs();
+      flashChatStatus();
+    }
   } catch (err) {
     addNotice(`Not sent: ${err.message}.`, true);
   }
+  updateChatStatus();
 });
+
+/**
+ * One line above the chat box for why a message cannot go now: while
+ * reconnecting, or while the chat budget refills (with when it will).
+ * Updated in place, never repeated.
+ */
+function updateChatStatus() {
+  let text = '';
+  if (!ui.roomView.hidden && client.state !== State.JOINED) {
+    text = 'Reconnecting: messages can be sent once you are back.';
+  } else {
+    const wait = chatWaitUntil - performance.now();
+    if (wait > 0) text = `Slow down: you can send again ${inSeconds(wait)}.`;
+    else chatWaitUntil = 0;
+  }
+  if (ui.chatStatus.textContent !== text) ui.chatStatus.textContent = text;
+  ui.chatStatus.hidden = !text;
+}
+
+function flashChatStatus() {
+  updateChatStatus();
+  ui.chatStatus.classList.remove('flash');
+  void ui.chatStatus.offsetWidth; // restart the animation
+  ui.chatStatus.classList.add('flash');
+}
 
 // ----------------------------------------------------------- people list
 
@@ -428,21 +618,32 @@ function renderPeople() {
   );
   const shown = list.slice(0, 300);
   const items = shown.map((m) => {
+    const e = byId.get(m.id);
     const li = document.createElement('li');
-    if (m.isSelf) li.className = 'self';
+    // Others are buttons: go to them. You are not.
+    const row = document.createElement(m.isSelf ? 'div' : 'button');
+    row.className = 'person';
     const sw = document.createElement('span');
     sw.className = 'swatch';
-    sw.style.background = colourFor(m.name);
+    sw.style.background = e ? e.colour : '#8a97a8';
     const who = document.createElement('span');
     who.className = 'who';
-    who.textContent = m.name;
-    li.append(sw, who);
+    who.textContent = shownName(e, m.name);
+    row.append(sw, who);
+    const tag = document.createElement('span');
+    tag.className = 'tag';
+    row.append(tag);
     if (m.isSelf) {
-      const tag = document.createElement('span');
-      tag.className = 'tag';
+      li.className = 'self';
       tag.textContent = 'you';
-      li.append(tag);
+    } else {
+      row.type = 'button';
+      row.dataset.id = String(m.id);
+      row.title = `Go to ${shownName(e, m.name)}`;
+      tag.className = 'go';
+      tag.textContent = 'Go to';
     }
+    li.append(row);
     return li;
   });
   if (list.length > shown.length) {
@@ -458,10 +659,33 @@ function renderPeople() {
   ui.peopleCountWide.textContent = n;
 }
 
+ui.people.addEventListener('click', (ev) => {
+  const row = ev.target.closest('button[data-id]');
+  if (row) goTo(Number(row.dataset.id));
+});
+
+/** Walks you to stand beside member `id` and marks them until you get there. */
+function goTo(id) {
+  const e = byId.get(id);
+  if (!e || !selfEntry || client.state !== State.JOINED) return;
+  const dx = selfEntry.x - e.x;
+  const dy = selfEntry.y - e.y;
+  const d = Math.hypot(dx, dy);
+  const gap = 110; // cm: beside them, not on top
+  const x = d > gap ? e.x + (dx / d) * gap : selfEntry.x;
+  const y = d > gap ? e.y + (dy / d) * gap : selfEntry.y;
+  keys.clear();
+  client.walkTo(clamp(x, 0, client.limits.worldWidth), clamp(y, 0, client.limits.worldHeight), {
+    speed: Math.min(GO_TO_SPEED_CM_S, client.limits.maxSpeed),
+  });
+  view.highlight(id, performance.now() + HIGHLIGHT_MS);
+}
+
 function selectTab(tab) {
   ui.side.dataset.tab = tab;
   ui.tabChat.setAttribute('aria-selected', String(tab === 'chat'));
   ui.tabPeople.setAttribute('aria-selected', String(tab === 'people'));
+  updateTitle();
 }
 ui.tabChat.addEventListener('click', () => selectTab('chat'));
 ui.tabPeople.addEventListener('click', () => selectTab('people'));
@@ -482,11 +706,13 @@ function typing(target) {
 }
 
 window.addEventListener('keydown', (ev) => {
-  if (ui.roomView.hidden) return;
-  if (typing(ev.target)) {
-    if (ev.key === 'Escape') ev.target.blur();
+  if (ui.roomView.hidden || ev.ctrlKey || ev.metaKey || ev.altKey) return;
+  if (typing(ev.target) && ev.key === 'Escape') {
+    ev.target.blur();
     return;
   }
+  // A focused button takes Enter and Space (they press it); a text field takes every key.
+  if (keyBelongsTo(ev.target, ev.key)) return;
   if (ev.key === 'Enter') {
     ev.preventDefault();
     selectTab('chat');
@@ -508,6 +734,11 @@ ui.canvas.addEventListener('pointerdown', (ev) => {
   if (ev.button !== 0 || client.state !== State.JOINED) return;
   if (typing(document.activeElement)) document.activeElement.blur();
   const rect = ui.canvas.getBoundingClientRect();
+  const marked = view.markerAt(ev.clientX - rect.left, ev.clientY - rect.top);
+  if (marked !== null) {
+    goTo(marked);
+    return;
+  }
   view.screenToWorld(ev.clientX - rect.left, ev.clientY - rect.top, pointerWorld);
   const x = clamp(pointerWorld.x, 0, client.limits.worldWidth);
   const y = clamp(pointerWorld.y, 0, client.limits.worldHeight);
@@ -523,9 +754,25 @@ ui.canvas.addEventListener(
   },
   { passive: false },
 );
+ui.minimap.addEventListener('pointerdown', (ev) => {
+  if (ev.button !== 0 || client.state !== State.JOINED) return;
+  ev.preventDefault();
+  const rect = ui.minimap.getBoundingClientRect();
+  if (!view.minimapToWorld(ev.clientX - rect.left, ev.clientY - rect.top, pointerWorld)) return;
+  keys.clear();
+  client.walkTo(pointerWorld.x, pointerWorld.y, { speed: Math.min(GO_TO_SPEED_CM_S, client.limits.maxSpeed) });
+});
 ui.zoomIn.addEventListener('click', () => view.zoomBy(1.25));
 ui.zoomOut.addEventListener('click', () => view.zoomBy(1 / 1.25));
-if (matchMedia('(pointer: coarse)').matches) ui.hint.textContent = 'Tap to walk';
+const touch = matchMedia('(pointer: coarse)').matches;
+const HINT = touch ? 'Tap to walk · tap a marker to go to someone' : 'Click to walk · WASD to move · Enter to chat';
+ui.hint.textContent = HINT;
+ui.chatInput.addEventListener('focus', () => {
+  if (!touch) ui.hint.textContent = 'Typing · Esc to walk again';
+});
+ui.chatInput.addEventListener('blur', () => {
+  ui.hint.textContent = HINT;
+});
 
 new ResizeObserver(() => {
   const dpr = view.dpr;
@@ -538,10 +785,13 @@ new ResizeObserver(() => {
 const free = { x: 0, y: 0, active: false }; // free-movement position, sub-centimetre
 const scratch = { x: 0, y: 0 };
 let lastFrame = performance.now();
+let lastOthersAt = -Infinity; // others' render time never goes back, even if the clock were to
 let frames = 0;
 const frameTimes = new Float64Array(240); // ring of recent frame timestamps
 const frameWork = new Float64Array(240); // ms of script per frame, same ring
 let frameHead = 0;
+
+let frameNow = 0;
 
 function moveWithKeys(dtMs) {
   let dx = 0;
@@ -556,7 +806,7 @@ function moveWithKeys(dtMs) {
     return;
   }
   const me = client.me;
-  me.positionAt(client.serverNow(), scratch);
+  me.positionAt(client.serverNow(frameNow), scratch);
   if (!free.active || Math.abs(free.x - scratch.x) > 2 || Math.abs(free.y - scratch.y) > 2) {
     free.x = scratch.x;
     free.y = scratch.y;
@@ -570,14 +820,17 @@ function moveWithKeys(dtMs) {
 }
 
 function frame(now) {
+  frameNow = now;
   const dt = now - lastFrame;
   lastFrame = now;
   frames++;
   const started = performance.now();
   if (!ui.roomView.hidden && client.me) {
     if (client.state === State.JOINED) moveWithKeys(dt);
-    const othersAt = client.renderTime();
-    const selfAt = client.serverNow();
+    // Every position at the frame's own timestamp, not when this code runs.
+    const othersAt = Math.max(lastOthersAt, client.renderTime(null, now));
+    lastOthersAt = othersAt;
+    const selfAt = client.serverNow(now);
     for (let i = 0; i < entries.length; i++) {
       const e = entries[i];
       const t = e.member.isSelf ? selfAt : othersAt;
@@ -591,6 +844,7 @@ function frame(now) {
     }
     if (selfEntry) view.follow(selfEntry.x, selfEntry.y, dt);
     view.draw(entries, entries.length, selfEntry, now);
+    if (frames % 2 === 0) view.drawMinimap(ui.minimap, entries, entries.length, selfEntry, now);
     if (peopleDirty && now - lastPeopleRender > 250) {
       lastPeopleRender = now;
       renderPeople();
@@ -669,15 +923,13 @@ function renderHud() {
   h.outBps.textContent = formatBytes(rate('bytesOut'));
   h.fps.textContent = `${measuredFps(performance.now())}`;
   h.pos.textContent = selfEntry ? `${(selfEntry.x / 100).toFixed(1)}, ${(selfEntry.y / 100).toFixed(1)} m` : '–';
-  if (reconnectAt && !ui.roomView.hidden) {
-    const s = Math.max(0, Math.ceil((reconnectAt - performance.now()) / 1000));
-    setBanner(client.state === State.RECONNECTING ? `${reconnectWhy} Reconnecting in ${s} s…` : `${reconnectWhy} Reconnecting…`);
-  }
+  renderBanner();
 }
 
 setInterval(() => {
   sample();
   renderHud();
+  if (chatWaitUntil) updateChatStatus();
 }, 250);
 
 // ------------------------------------------------------------ debug hook
@@ -695,7 +947,14 @@ Object.defineProperty(window, 'ambleDemo', {
         walking: e.walking,
         target: e.walking ? { x: e.tx, y: e.ty } : null,
         bubble: e.bubble ? e.bubbleText : null,
+        onScreen: e.onScreen,
+        colour: e.colour,
+        label: e.tag ? `${e.name} ${e.tag}` : e.name,
       })),
+    /** Edge markers drawn in the last frame: member id and CSS px on the canvas. */
+    markers: () => view.markers.slice(0, view.markerCount).map((m) => ({ ...m })),
+    /** What the last frames' render times were (others' and yours), for clock checks. */
+    renderTimes: () => ({ others: lastOthersAt }),
     state: () => client.state,
     room: () => client.room,
     limits: () => ({ ...client.limits }),

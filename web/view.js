@@ -16,12 +16,19 @@ const GRID_MINOR = 'rgba(255,255,255,0.028)';
 const GRID_MAJOR = 'rgba(255,255,255,0.06)';
 const EDGE = 'rgba(124,156,255,0.45)';
 const ACCENT = '#7c9cff';
+const BUBBLE = '#f2f5f9';
 const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Noto Sans", Ubuntu, Arial, sans-serif';
 
 /** Sprites are drawn at this radius (device px) and scaled down when blitted. */
 const SPRITE_RADIUS = 40;
 const SPRITE_PAD = 14;
 const SPRITE_SIZE = (SPRITE_RADIUS + SPRITE_PAD) * 2;
+
+/** Bubbles placed per frame at most; edge markers drawn at most. */
+const MAX_BUBBLES = 32;
+const MAX_MARKERS = 48;
+/** Up to this many members off screen, each gets a marker; beyond, only those worth finding. */
+const MAX_ALL_MARKERS = 24;
 
 const TARGET_DASH = [6, 6];
 const NO_DASH = [];
@@ -34,12 +41,31 @@ export const PALETTE = [
 
 /** A stable colour for a name (FNV-1a over its UTF-16 units). */
 export function colourFor(name) {
+  return PALETTE[paletteIndex(name)];
+}
+
+function paletteIndex(name) {
   let h = 0x811c9dc5;
   for (let i = 0; i < name.length; i++) {
     h ^= name.charCodeAt(i);
     h = Math.imul(h, 0x01000193);
   }
-  return PALETTE[(h >>> 0) % PALETTE.length];
+  return (h >>> 0) % PALETTE.length;
+}
+
+/**
+ * A colour for a member called `name` that differs from `taken` (the
+ * colours of others present with the same name), so that two people with
+ * one name can be told apart: the name's own colour if free, else the next
+ * free one in steps of 5 (coprime with 12, so all twelve come round).
+ */
+export function distinctColour(name, taken) {
+  const base = paletteIndex(name);
+  for (let k = 0; k < PALETTE.length; k++) {
+    const c = PALETTE[(base + k * 5) % PALETTE.length];
+    if (!taken.includes(c)) return c;
+  }
+  return PALETTE[base];
 }
 
 function canvas(w, h) {
@@ -49,10 +75,40 @@ function canvas(w, h) {
   return c;
 }
 
-/** The first letter (a whole code point) of a name, upper-cased. */
-function initial(name) {
-  const first = [...name.trim()][0] ?? '?';
+const graphemes = typeof Intl !== 'undefined' && Intl.Segmenter ? new Intl.Segmenter(undefined, { granularity: 'grapheme' }) : null;
+
+/** The first user-perceived character (grapheme cluster) of a name, upper-cased: "🇫🇷 Marie" gives "🇫🇷". */
+export function initial(name) {
+  const trimmed = name.trim();
+  if (!trimmed) return '?';
+  let first;
+  if (graphemes) {
+    for (const { segment } of graphemes.segment(trimmed)) {
+      first = segment;
+      break;
+    }
+  } else {
+    first = [...trimmed][0];
+  }
   return first.toUpperCase();
+}
+
+/**
+ * `text` cut with an ellipsis to fit `maxW` as measured by `measure(text)`,
+ * never inside a grapheme cluster; unchanged when it fits.
+ */
+export function ellipsize(text, maxW, measure) {
+  if (measure(text) <= maxW) return text;
+  const parts = graphemes ? Array.from(graphemes.segment(text), (g) => g.segment) : [...text];
+  let lo = 0;
+  let hi = parts.length;
+  // The longest prefix that fits with the ellipsis (binary search).
+  while (lo < hi) {
+    const mid = (lo + hi + 1) >> 1;
+    if (measure(`${parts.slice(0, mid).join('').trimEnd()}…`) <= maxW) lo = mid;
+    else hi = mid - 1;
+  }
+  return `${parts.slice(0, lo).join('').trimEnd()}…`;
 }
 
 /** An avatar disc with a soft shadow and the name's initial. */
@@ -90,53 +146,54 @@ export function avatarSprite(name, colour) {
   return c;
 }
 
-/** A name label pill; `self` gets the accent colour. */
-export function labelSprite(name, self, dpr) {
+/** Longest name label, CSS px; longer names are cut with an ellipsis. */
+const LABEL_MAX_CSS = 150;
+
+/** A name label pill; `self` gets the accent colour. `tag` tells same-named members apart. */
+export function labelSprite(name, self, dpr, tag = '') {
   const size = 12 * dpr;
   const font = `${self ? 700 : 500} ${size}px ${FONT}`;
   const measure = canvas(1, 1).getContext('2d');
   measure.font = font;
-  const text = self ? `${name} (you)` : name;
-  const w = Math.min(measure.measureText(text).width, 180 * dpr);
+  const suffix = `${tag ? ` ${tag}` : ''}${self ? ' (you)' : ''}`;
+  const suffixW = suffix ? measure.measureText(suffix).width : 0;
+  const shown = ellipsize(name, LABEL_MAX_CSS * dpr - suffixW, (t) => measure.measureText(t).width);
+  const text = `${shown}${suffix}`;
+  const w = measure.measureText(text).width;
   const padX = 7 * dpr;
   const h = size + 8 * dpr;
   const c = canvas(w + padX * 2, h);
   const g = c.getContext('2d');
-  g.fillStyle = self ? 'rgba(124,156,255,0.92)' : 'rgba(10,14,20,0.66)';
+  g.fillStyle = self ? 'rgba(124,156,255,0.92)' : 'rgba(10,14,20,0.72)';
   roundRect(g, 0, 0, c.width, c.height, h / 2);
   g.fill();
   g.font = font;
   g.textBaseline = 'middle';
   g.fillStyle = self ? '#0b1020' : '#e6edf3';
-  g.fillText(text, padX, h / 2 + 0.5 * dpr, w);
+  g.fillText(text, padX, h / 2 + 0.5 * dpr);
   return c;
 }
 
-/** A speech bubble with up to four wrapped lines and a tail at the bottom. */
-export function bubbleSprite(text, dpr) {
+/**
+ * A speech bubble: up to `maxLines` wrapped lines at most `maxCssW` wide.
+ * The tail is drawn with the bubble, towards its speaker (FloorView.draw).
+ */
+export function bubbleSprite(text, dpr, maxCssW = 210, maxLines = 4) {
   const size = 13 * dpr;
   const lineH = 17 * dpr;
-  const maxW = 210 * dpr;
+  const maxW = maxCssW * dpr;
   const padX = 10 * dpr;
   const padY = 7 * dpr;
-  const tail = 7 * dpr;
   const font = `500 ${size}px ${FONT}`;
   const measure = canvas(1, 1).getContext('2d');
   measure.font = font;
-  const lines = wrap(measure, text, maxW, 4);
+  const lines = wrap(measure, text, maxW, maxLines);
   let w = 0;
   for (const line of lines) w = Math.max(w, measure.measureText(line).width);
-  const c = canvas(w + padX * 2, lines.length * lineH + padY * 2 + tail);
+  const c = canvas(w + padX * 2, lines.length * lineH + padY * 2);
   const g = c.getContext('2d');
-  const bodyH = c.height - tail;
-  g.fillStyle = '#f2f5f9';
-  roundRect(g, 0, 0, c.width, bodyH, 10 * dpr);
-  g.fill();
-  g.beginPath();
-  g.moveTo(c.width / 2 - tail, bodyH - 1);
-  g.lineTo(c.width / 2, c.height);
-  g.lineTo(c.width / 2 + tail, bodyH - 1);
-  g.closePath();
+  g.fillStyle = BUBBLE;
+  roundRect(g, 0, 0, c.width, c.height, 10 * dpr);
   g.fill();
   g.font = font;
   g.fillStyle = '#10151c';
@@ -228,6 +285,14 @@ export class FloorView {
     this.camY = 2500;
     this.camReady = false;
     this.decor = decorFor('lobby', this.worldW, this.worldH);
+    this.highlightId = null;
+    this.highlightUntil = 0;
+    this.grid = new LabelGrid();
+    this.placed = new Float64Array(MAX_BUBBLES * 4);
+    this.markers = Array.from({ length: MAX_MARKERS }, () => ({ id: 0, x: 0, y: 0 }));
+    this.markerCount = 0;
+    this.markerPoint = { x: 0, y: 0 };
+    this.miniMap = null;
     this.resize();
   }
 
@@ -248,6 +313,7 @@ export class FloorView {
     this.cssH = h;
     this.canvas.width = Math.round(w * dpr);
     this.canvas.height = Math.round(h * dpr);
+    this.grid.resize(this.canvas.width, this.canvas.height, 10 * dpr);
     // About 13 m across the shorter side; avatars never tiny on a phone.
     this.baseScale = Math.min(0.7, Math.max(0.38, Math.min(w, h) / 1300));
     return dpr;
@@ -294,7 +360,9 @@ export class FloorView {
   /**
    * Draws one frame. `entries[0..count)` carry each member's sprite, label,
    * bubble and rendered position (x, y in cm); `self` is yours (or null).
-   * `clockMs` animates the target marker and bubble fades.
+   * `clockMs` animates the target marker, highlights and bubble fades.
+   * Writes each entry's screen position (`sx`, `sy`, device px) and whether
+   * it is on screen (`onScreen`), and the edge markers (`markers`).
    */
   draw(entries, count, self, clockMs) {
     const g = this.ctx;
@@ -333,30 +401,111 @@ export class FloorView {
     const radius = Math.max(5 * dpr, AVATAR_RADIUS_CM * s);
     const spriteScale = radius / SPRITE_RADIUS;
     const size = SPRITE_SIZE * spriteScale;
-    const showLabels = radius >= 6 * dpr;
-    const margin = size + 120 * dpr;
+    const margin = size;
+    let offScreen = 0;
     for (let i = 0; i < count; i++) {
       const e = entries[i];
-      if (e === self) continue;
       const sx = ox + e.x * s;
       const sy = oy + e.y * s;
+      e.sx = sx;
+      e.sy = sy;
+      e.onScreen = sx > -radius && sy > -radius && sx < W + radius && sy < H + radius;
+      if (!e.onScreen && e !== self) offScreen++;
+      if (e === self) continue;
       if (sx < -margin || sy < -margin || sx > W + margin || sy > H + margin) continue;
       g.drawImage(e.sprite, sx - size / 2, sy - size / 2, size, size);
-      if (showLabels) g.drawImage(e.label, Math.round(sx - e.label.width / 2), Math.round(sy + radius + 3 * dpr));
     }
     if (self) {
-      const sx = ox + self.x * s;
-      const sy = oy + self.y * s;
       g.beginPath();
-      g.arc(sx, sy, radius + 3.5 * dpr, 0, Math.PI * 2);
+      g.arc(self.sx, self.sy, radius + 3.5 * dpr, 0, Math.PI * 2);
       g.lineWidth = 2.5 * dpr;
       g.strokeStyle = 'rgba(255,255,255,0.9)';
       g.stroke();
-      g.drawImage(self.sprite, sx - size / 2, sy - size / 2, size, size);
-      g.drawImage(self.label, Math.round(sx - self.label.width / 2), Math.round(sy + radius + 6 * dpr));
+      g.drawImage(self.sprite, self.sx - size / 2, self.sy - size / 2, size, size);
+    }
+    const lit = this.highlighted(entries, count, clockMs);
+    if (lit && lit.onScreen) {
+      // Someone you went to: a ring that pulses outwards.
+      const pulse = (clockMs % 1000) / 1000;
+      g.beginPath();
+      g.arc(lit.sx, lit.sy, radius + (4 + pulse * 14) * dpr, 0, Math.PI * 2);
+      g.lineWidth = 2.5 * dpr;
+      g.strokeStyle = ACCENT;
+      g.globalAlpha = 1 - pulse;
+      g.stroke();
+      g.globalAlpha = 1;
     }
 
-    // Speech bubbles on top of everything.
+    this.drawLabels(g, entries, count, self, lit, radius);
+    this.drawBubbles(g, entries, count, self, radius, clockMs);
+    this.drawMarkers(g, entries, count, self, lit, offScreen, clockMs);
+  }
+
+  /** The member to highlight (`highlightId` until `highlightUntil`), or null. */
+  highlighted(entries, count, clockMs) {
+    if (this.highlightId === null || clockMs > this.highlightUntil) return null;
+    for (let i = 0; i < count; i++) if (entries[i].id === this.highlightId) return entries[i];
+    return null;
+  }
+
+  /** Marks member `id` for `ms` (e.g. after "go to" from the People list). */
+  highlight(id, untilMs) {
+    this.highlightId = id;
+    this.highlightUntil = untilMs;
+  }
+
+  /**
+   * Name labels, after every avatar so that none is covered, and only where
+   * they do not overlap one already drawn: yours first, then the highlighted
+   * member, then the others front to back.
+   */
+  drawLabels(g, entries, count, self, lit, radius) {
+    const dpr = this.dpr;
+    const grid = this.grid;
+    grid.clear();
+    if (radius < 6 * dpr) return; // too small to name
+    const W = this.canvas.width;
+    const H = this.canvas.height;
+    const gap = 3 * dpr;
+    if (self && self.onScreen) this.placeLabel(g, self, radius + 6 * dpr, W, H, true);
+    if (lit && lit !== self && lit.onScreen) this.placeLabel(g, lit, radius + gap, W, H, true);
+    for (let i = count - 1; i >= 0; i--) {
+      const e = entries[i];
+      if (e === self || e === lit || !e.onScreen) continue;
+      this.placeLabel(g, e, radius + gap, W, H, false);
+    }
+  }
+
+  placeLabel(g, e, below, W, H, always) {
+    const l = e.label;
+    const x = Math.round(e.sx - l.width / 2);
+    const y = Math.round(e.sy + below);
+    if (x + l.width < 0 || y + l.height < 0 || x > W || y > H) return;
+    if (!always && !this.grid.fits(x, y, x + l.width, y + l.height)) return;
+    this.grid.mark(x, y, x + l.width, y + l.height);
+    g.drawImage(l, x, y);
+  }
+
+  /**
+   * Speech bubbles of members on screen, on top of everything: above the
+   * speaker, or below when there is no room above; moved up (or down) off
+   * bubbles already placed and off your own avatar; never past an edge.
+   * An off-screen speaker's bubble is not drawn: its edge marker shows it.
+   */
+  drawBubbles(g, entries, count, self, radius, clockMs) {
+    const dpr = this.dpr;
+    const W = this.canvas.width;
+    const H = this.canvas.height;
+    const edge = 4 * dpr;
+    const gap = 6 * dpr;
+    const tail = 7 * dpr;
+    const placed = this.placed;
+    let n = 0;
+    // Your avatar is an obstacle for the others' bubbles.
+    const sx0 = self ? self.sx - radius - 4 * dpr : 0;
+    const sy0 = self ? self.sy - radius - 4 * dpr : 0;
+    const sx1 = self ? self.sx + radius + 4 * dpr : -1;
+    const sy1 = self ? self.sy + radius + 4 * dpr : -1;
     for (let i = 0; i < count; i++) {
       const e = entries[i];
       if (!e.bubble) continue;
@@ -365,15 +514,195 @@ export class FloorView {
         e.bubble = null;
         continue;
       }
-      const sx = ox + e.x * s;
-      const sy = oy + e.y * s;
+      if (!e.onScreen) continue;
       const b = e.bubble;
-      g.globalAlpha = left < 600 ? left / 600 : 1;
-      // Kept inside the canvas when its member is near an edge.
-      const bx = clamp(sx - b.width / 2, 4 * dpr, W - b.width - 4 * dpr);
-      g.drawImage(b, Math.round(bx), Math.round(sy - radius - 6 * dpr - b.height));
+      const bw = b.width;
+      const bh = b.height;
+      const bx = clamp(e.sx - bw / 2, edge, W - bw - edge);
+      const aboveY = e.sy - radius - gap - tail - bh;
+      const belowY = e.sy + radius + 22 * dpr + tail; // under the name label
+      let by = aboveY;
+      let dir = -1;
+      if (aboveY < edge) {
+        by = belowY;
+        dir = 1;
+      }
+      let clear = false;
+      for (let attempt = 0; attempt < 6; attempt++) {
+        let hit = -1;
+        for (let k = 0; k < n && hit < 0; k++) {
+          const o = k * 4;
+          if (bx < placed[o + 2] && bx + bw > placed[o] && by < placed[o + 3] && by + bh > placed[o + 1]) hit = o;
+        }
+        const onSelf = e !== self && bx < sx1 && bx + bw > sx0 && by < sy1 && by + bh > sy0;
+        if (hit < 0 && !onSelf) {
+          clear = true;
+          break;
+        }
+        if (onSelf && dir < 0 && attempt === 0 && belowY + bh < H - edge) {
+          by = belowY;
+          dir = 1;
+        } else if (hit >= 0) {
+          by = dir < 0 ? placed[hit + 1] - gap - bh : placed[hit + 3] + gap;
+        } else {
+          by = dir < 0 ? sy0 - gap - bh : sy1 + gap;
+        }
+        if (by < edge || by + bh > H - edge) break;
+      }
+      by = clamp(by, edge, H - bh - edge);
+      if (n < MAX_BUBBLES) {
+        placed[n * 4] = bx;
+        placed[n * 4 + 1] = by;
+        placed[n * 4 + 2] = bx + bw;
+        placed[n * 4 + 3] = by + bh;
+        n++;
+      }
+      g.globalAlpha = (left < 600 ? left / 600 : 1) * (clear ? 1 : 0.8);
+      g.drawImage(b, Math.round(bx), Math.round(by));
+      // The tail, pointing at the speaker.
+      const tx = clamp(e.sx, bx + tail * 2, bx + bw - tail * 2);
+      const baseY = by + bh > e.sy ? by : by + bh;
+      const tipY = by + bh > e.sy ? by - tail : by + bh + tail;
+      g.beginPath();
+      g.moveTo(tx - tail, baseY);
+      g.lineTo(clamp(e.sx, tx - tail, tx + tail), tipY);
+      g.lineTo(tx + tail, baseY);
+      g.closePath();
+      g.fillStyle = BUBBLE;
+      g.fill();
     }
     g.globalAlpha = 1;
+  }
+
+  /**
+   * Markers at the canvas edge for members off screen, in their direction:
+   * every one when few are, else the ones worth finding (chatting, just
+   * arrived, or the one you went to). Each is a small avatar; a speech dot
+   * shows that it is talking. Kept in `markers` for `markerAt`.
+   */
+  drawMarkers(g, entries, count, self, lit, offScreen, clockMs) {
+    const dpr = this.dpr;
+    const W = this.canvas.width;
+    const H = this.canvas.height;
+    const r = 12 * dpr;
+    const inset = r + 8 * dpr;
+    const all = offScreen <= MAX_ALL_MARKERS;
+    const at = this.markerPoint;
+    this.markerCount = 0;
+    for (let i = 0; i < count; i++) {
+      const e = entries[i];
+      if (e === self || e.onScreen) continue;
+      const talking = e.bubble !== null && e.bubbleUntil > clockMs;
+      if (!all && !talking && e !== lit && !(e.notableUntil > clockMs)) continue;
+      if (this.markerCount >= this.markers.length) break;
+      edgePoint(W / 2, H / 2, e.sx, e.sy, inset, inset, W - inset, H - inset, at);
+      const mx = at.x;
+      const my = at.y;
+      // An arrow outwards, then the avatar.
+      const ang = Math.atan2(e.sy - my, e.sx - mx);
+      const cos = Math.cos(ang);
+      const sin = Math.sin(ang);
+      g.beginPath();
+      g.moveTo(mx + cos * (r + 7 * dpr), my + sin * (r + 7 * dpr));
+      g.lineTo(mx + cos * r * 0.55 - sin * r * 0.75, my + sin * r * 0.55 + cos * r * 0.75);
+      g.lineTo(mx + cos * r * 0.55 + sin * r * 0.75, my + sin * r * 0.55 - cos * r * 0.75);
+      g.closePath();
+      g.fillStyle = e.colour;
+      g.fill();
+      const size = (SPRITE_SIZE * r) / SPRITE_RADIUS;
+      g.drawImage(e.sprite, mx - size / 2, my - size / 2, size, size);
+      if (e === lit) {
+        g.beginPath();
+        g.arc(mx, my, r + 3 * dpr, 0, Math.PI * 2);
+        g.lineWidth = 2 * dpr;
+        g.strokeStyle = ACCENT;
+        g.stroke();
+      }
+      if (talking) {
+        g.beginPath();
+        g.arc(mx + r * 0.8, my - r * 0.8, 5 * dpr, 0, Math.PI * 2);
+        g.fillStyle = BUBBLE;
+        g.fill();
+      }
+      const m = this.markers[this.markerCount++];
+      m.id = e.id;
+      m.x = mx / dpr;
+      m.y = my / dpr;
+    }
+  }
+
+  /** The id of the member whose edge marker is under CSS pixel (px, py), or null. */
+  markerAt(px, py) {
+    const reach = 18;
+    for (let i = this.markerCount - 1; i >= 0; i--) {
+      const m = this.markers[i];
+      if (Math.abs(m.x - px) <= reach && Math.abs(m.y - py) <= reach) return m.id;
+    }
+    return null;
+  }
+
+  /**
+   * The minimap: the whole world, the part in view, and a dot per member
+   * (yours ringed, the highlighted one larger). `mini` is its canvas.
+   */
+  drawMinimap(mini, entries, count, self, clockMs) {
+    const dpr = this.dpr;
+    const cw = Math.max(1, Math.round(mini.clientWidth * dpr));
+    const ch = Math.max(1, Math.round(mini.clientHeight * dpr));
+    if (mini.width !== cw || mini.height !== ch) {
+      mini.width = cw;
+      mini.height = ch;
+    }
+    const g = mini.getContext('2d');
+    const pad = 6 * dpr;
+    const k = Math.min((cw - pad * 2) / this.worldW, (ch - pad * 2) / this.worldH);
+    const ox = (cw - this.worldW * k) / 2;
+    const oy = (ch - this.worldH * k) / 2;
+    g.setTransform(1, 0, 0, 1, 0, 0);
+    g.clearRect(0, 0, cw, ch);
+    g.fillStyle = 'rgba(22,29,40,0.9)';
+    roundRect(g, ox, oy, this.worldW * k, this.worldH * k, 4 * dpr);
+    g.fill();
+    g.lineWidth = dpr;
+    g.strokeStyle = EDGE;
+    g.stroke();
+    // The view.
+    const s = this.scale;
+    const vw = this.cssW / s;
+    const vh = this.cssH / s;
+    g.strokeStyle = 'rgba(230,237,243,0.55)';
+    g.strokeRect(ox + (this.camX - vw / 2) * k, oy + (this.camY - vh / 2) * k, vw * k, vh * k);
+    const dot = Math.max(1.5 * dpr, 2 * dpr);
+    for (let i = 0; i < count; i++) {
+      const e = entries[i];
+      if (e === self) continue;
+      g.fillStyle = e.colour;
+      g.fillRect(ox + e.x * k - dot / 2, oy + e.y * k - dot / 2, dot, dot);
+    }
+    const lit = this.highlighted(entries, count, clockMs);
+    if (lit && lit !== self) {
+      g.beginPath();
+      g.arc(ox + lit.x * k, oy + lit.y * k, 4 * dpr, 0, Math.PI * 2);
+      g.lineWidth = 1.5 * dpr;
+      g.strokeStyle = ACCENT;
+      g.stroke();
+    }
+    if (self) {
+      g.beginPath();
+      g.arc(ox + self.x * k, oy + self.y * k, 3 * dpr, 0, Math.PI * 2);
+      g.fillStyle = '#ffffff';
+      g.fill();
+    }
+    this.miniMap = { ox, oy, k: k / dpr };
+  }
+
+  /** The world point under CSS pixel (px, py) of the minimap, clamped to the world; into `out`. */
+  minimapToWorld(px, py, out) {
+    const m = this.miniMap;
+    if (!m) return null;
+    out.x = clamp((px - m.ox / this.dpr) / m.k, 0, this.worldW);
+    out.y = clamp((py - m.oy / this.dpr) / m.k, 0, this.worldH);
+    return out;
   }
 
   drawFloor(g, s, ox, oy, W, H) {
@@ -476,6 +805,73 @@ export class FloorView {
     g.arc(tx, ty, 4 * dpr, 0, Math.PI * 2);
     g.fillStyle = ACCENT;
     g.fill();
+  }
+}
+
+/**
+ * Where the ray from (cx, cy) towards (px, py) leaves the rectangle
+ * [x0, x1] x [y0, y1] (which holds (cx, cy)); (px, py) itself when inside.
+ * Writes into `out`.
+ */
+export function edgePoint(cx, cy, px, py, x0, y0, x1, y1, out) {
+  const dx = px - cx;
+  const dy = py - cy;
+  let t = 1;
+  if (dx > 0) t = Math.min(t, (x1 - cx) / dx);
+  else if (dx < 0) t = Math.min(t, (x0 - cx) / dx);
+  if (dy > 0) t = Math.min(t, (y1 - cy) / dy);
+  else if (dy < 0) t = Math.min(t, (y0 - cy) / dy);
+  out.x = cx + dx * Math.max(0, t);
+  out.y = cy + dy * Math.max(0, t);
+  return out;
+}
+
+/**
+ * Which parts of the canvas already hold a label: a coarse grid of cells,
+ * so that placing hundreds of labels a frame costs little and allocates
+ * nothing.
+ */
+export class LabelGrid {
+  constructor() {
+    this.cols = 0;
+    this.rows = 0;
+    this.cell = 1;
+    this.cells = new Uint8Array(0);
+  }
+
+  resize(width, height, cell) {
+    this.cell = Math.max(1, cell);
+    this.cols = Math.ceil(width / this.cell) + 1;
+    this.rows = Math.ceil(height / this.cell) + 1;
+    this.cells = new Uint8Array(this.cols * this.rows);
+  }
+
+  clear() {
+    this.cells.fill(0);
+  }
+
+  /** True when no marked cell meets the rectangle (device px; off-canvas parts are free). */
+  fits(x0, y0, x1, y1) {
+    return this.scan(x0, y0, x1, y1, false);
+  }
+
+  mark(x0, y0, x1, y1) {
+    this.scan(x0, y0, x1, y1, true);
+  }
+
+  scan(x0, y0, x1, y1, mark) {
+    const c0 = Math.max(0, Math.floor(x0 / this.cell));
+    const r0 = Math.max(0, Math.floor(y0 / this.cell));
+    const c1 = Math.min(this.cols - 1, Math.floor((x1 - 1) / this.cell));
+    const r1 = Math.min(this.rows - 1, Math.floor((y1 - 1) / this.cell));
+    for (let r = r0; r <= r1; r++) {
+      const row = r * this.cols;
+      for (let c = c0; c <= c1; c++) {
+        if (mark) this.cells[row + c] = 1;
+        else if (this.cells[row + c]) return false;
+      }
+    }
+    return true;
   }
 }
 

@@ -1,0 +1,117 @@
+// Small pure pieces of the demo's behaviour (app.js), apart so that Node's
+// test runner can check them without a browser.
+
+/** The page title: the room, and how many chat messages came while you were away. */
+export function titleFor(room, unread) {
+  if (!room) return 'amble';
+  return unread > 0 ? `(${unread > 99 ? '99+' : unread}) ${room} · amble` : `${room} · amble`;
+}
+
+/** "in 3 s" for a wait in ms (whole seconds, rounded up; at least 1). */
+export function inSeconds(ms) {
+  return `in ${Math.max(1, Math.ceil(ms / 1000))} s`;
+}
+
+/**
+ * Whether a key press on `target` belongs to it rather than to the page's
+ * shortcuts (Enter to chat, WASD, +/-): text fields take every key; buttons,
+ * links, tabs and other controls take Enter and Space, which press them.
+ * `target` is an element (or a stand-in with tagName, type, getAttribute).
+ */
+export function keyBelongsTo(target, key) {
+  if (!target || !target.tagName) return false;
+  const tag = target.tagName.toUpperCase();
+  if (tag === 'TEXTAREA' || tag === 'SELECT' || target.isContentEditable) return true;
+  if (tag === 'INPUT') {
+    const type = (target.type || 'text').toLowerCase();
+    if (!['button', 'submit', 'reset', 'checkbox', 'radio', 'range', 'color', 'file'].includes(type)) return true;
+  }
+  if (key !== 'Enter' && key !== ' ') return false;
+  if (tag === 'BUTTON' || tag === 'A' || tag === 'SUMMARY' || tag === 'INPUT') return true;
+  const role = target.getAttribute?.('role');
+  return role === 'button' || role === 'tab' || role === 'link' || role === 'menuitem' || role === 'option';
+}
+
+/**
+ * After a reconnect, the server announces as "joined" the people who come
+ * back as well (they reconnect after you). They never left as far as the
+ * person watching is concerned: this remembers who was there when the
+ * connection dropped and keeps quiet about them for a while after the rejoin.
+ */
+export class ReturnFilter {
+  constructor({ graceMs = 30_000 } = {}) {
+    this.graceMs = graceMs;
+    this.names = new Map(); // name -> how many were there
+    this.until = 0;
+  }
+
+  /** The connection dropped with these names in the room (yours aside). */
+  dropped(names) {
+    if (this.names.size > 0) return; // a second drop before the rejoin: keep the first list
+    for (const n of names) this.names.set(n, (this.names.get(n) ?? 0) + 1);
+    this.until = Infinity;
+  }
+
+  /** Rejoined at local time `nowMs`; returns the names still away. */
+  rejoined(nowMs, present) {
+    const seen = new Map();
+    for (const n of present) seen.set(n, (seen.get(n) ?? 0) + 1);
+    for (const [n, k] of seen) this.take(n, k);
+    this.until = nowMs + this.graceMs;
+    return [...this.names.keys()];
+  }
+
+  /** True when "`name` joined" at `nowMs` is someone coming back, not news. */
+  returning(name, nowMs) {
+    if (nowMs > this.until) {
+      this.names.clear();
+      return false;
+    }
+    if (!this.names.has(name)) return false;
+    this.take(name, 1);
+    return true;
+  }
+
+  /** Forgets everything (you left the room). */
+  clear() {
+    this.names.clear();
+    this.until = 0;
+  }
+
+  take(name, k) {
+    const left = (this.names.get(name) ?? 0) - k;
+    if (left > 0) this.names.set(name, left);
+    else this.names.delete(name);
+  }
+}
+
+/**
+ * What the lobby shows for a room from /api/rooms: its count, and whether
+ * it is full (capacity 0 or missing: unknown, never full).
+ */
+export function roomStatus({ members, capacity }) {
+  const full = capacity > 0 && members >= capacity;
+  return {
+    full,
+    count: capacity > 0 ? `${members}/${capacity}` : `${members}`,
+    title: capacity > 0
+      ? `${members} of ${capacity} places taken${full ? ': full' : ''}`
+      : `${members} ${members === 1 ? 'member' : 'members'}`,
+  };
+}
+
+/** WCAG relative luminance of a #rrggbb colour. */
+export function luminance(hex) {
+  const v = parseInt(hex.slice(1), 16);
+  const lin = (c) => {
+    const x = c / 255;
+    return x <= 0.03928 ? x / 12.92 : ((x + 0.055) / 1.055) ** 2.4;
+  };
+  return 0.2126 * lin((v >> 16) & 255) + 0.7152 * lin((v >> 8) & 255) + 0.0722 * lin(v & 255);
+}
+
+/** WCAG contrast ratio of two #rrggbb colours (1 to 21). */
+export function contrast(a, b) {
+  const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x);
+  return (hi + 0.05) / (lo + 0.05);
+}
