@@ -285,6 +285,7 @@ function showRoom() {
   ui.roomName.textContent = client.room;
   view.resize();
   rebuildLabels();
+  updateObstacles();
   view.setWorld(client.room, client.limits.worldWidth, client.limits.worldHeight);
   if (location.hash.slice(1) !== client.room) history.replaceState(null, '', `#${client.room}`);
   updateTitle();
@@ -317,6 +318,20 @@ function clearRoomView() {
 function setStats(shown) {
   ui.hudBox.hidden = !shown;
   ui.statsToggle.setAttribute('aria-pressed', String(shown));
+  updateObstacles();
+}
+
+/** The panels over the floor, which edge markers keep clear of (CSS px of the canvas). */
+function updateObstacles() {
+  const base = ui.canvas.getBoundingClientRect();
+  const rects = [];
+  for (const el of [ui.hudBox, ui.minimap, ui.zoomIn.parentElement, ui.hint]) {
+    if (el.hidden) continue;
+    const r = el.getBoundingClientRect();
+    if (r.width === 0) continue;
+    rects.push({ x0: r.left - base.left, y0: r.top - base.top, x1: r.right - base.left, y1: r.bottom - base.top });
+  }
+  view.setObstacles(rects);
 }
 ui.statsToggle.addEventListener('click', () => {
   const shown = ui.hudBox.hidden;
@@ -778,6 +793,7 @@ new ResizeObserver(() => {
   const dpr = view.dpr;
   view.resize();
   if (view.dpr !== dpr) rebuildLabels();
+  updateObstacles();
 }).observe(ui.canvas);
 
 // ------------------------------------------------------------ frame loop

@@ -26,9 +26,9 @@ const SPRITE_SIZE = (SPRITE_RADIUS + SPRITE_PAD) * 2;
 
 /** Bubbles placed per frame at most; edge markers drawn at most. */
 const MAX_BUBBLES = 32;
-const MAX_MARKERS = 48;
+const MAX_MARKERS = 64;
 /** Up to this many members off screen, each gets a marker; beyond, only those worth finding. */
-const MAX_ALL_MARKERS = 24;
+const MAX_ALL_MARKERS = 40;
 
 const TARGET_DASH = [6, 6];
 const NO_DASH = [];
@@ -292,6 +292,7 @@ export class FloorView {
     this.markers = Array.from({ length: MAX_MARKERS }, () => ({ id: 0, x: 0, y: 0 }));
     this.markerCount = 0;
     this.markerPoint = { x: 0, y: 0 };
+    this.avoid = [];
     this.miniMap = null;
     this.resize();
   }
@@ -581,54 +582,85 @@ export class FloorView {
    * shows that it is talking. Kept in `markers` for `markerAt`.
    */
   drawMarkers(g, entries, count, self, lit, offScreen, clockMs) {
+    this.markerCount = 0;
+    const all = offScreen <= MAX_ALL_MARKERS;
+    // The one you went to first, then those talking, then the rest: a
+    // marker that would cover one already drawn is left out.
+    if (lit && lit !== self && !lit.onScreen) this.drawMarker(g, lit, lit, clockMs);
+    for (let pass = 0; pass < 2; pass++) {
+      for (let i = 0; i < count; i++) {
+        const e = entries[i];
+        if (e === self || e === lit || e.onScreen) continue;
+        const talking = e.bubble !== null && e.bubbleUntil > clockMs;
+        if (talking !== (pass === 0)) continue;
+        if (!all && !talking && !(e.notableUntil > clockMs)) continue;
+        if (this.markerCount >= this.markers.length) return;
+        this.drawMarker(g, e, lit, clockMs);
+      }
+    }
+  }
+
+  drawMarker(g, e, lit, clockMs) {
     const dpr = this.dpr;
     const W = this.canvas.width;
     const H = this.canvas.height;
     const r = 12 * dpr;
     const inset = r + 8 * dpr;
-    const all = offScreen <= MAX_ALL_MARKERS;
     const at = this.markerPoint;
-    this.markerCount = 0;
-    for (let i = 0; i < count; i++) {
-      const e = entries[i];
-      if (e === self || e.onScreen) continue;
-      const talking = e.bubble !== null && e.bubbleUntil > clockMs;
-      if (!all && !talking && e !== lit && !(e.notableUntil > clockMs)) continue;
-      if (this.markerCount >= this.markers.length) break;
-      edgePoint(W / 2, H / 2, e.sx, e.sy, inset, inset, W - inset, H - inset, at);
-      const mx = at.x;
-      const my = at.y;
-      // An arrow outwards, then the avatar.
-      const ang = Math.atan2(e.sy - my, e.sx - mx);
-      const cos = Math.cos(ang);
-      const sin = Math.sin(ang);
-      g.beginPath();
-      g.moveTo(mx + cos * (r + 7 * dpr), my + sin * (r + 7 * dpr));
-      g.lineTo(mx + cos * r * 0.55 - sin * r * 0.75, my + sin * r * 0.55 + cos * r * 0.75);
-      g.lineTo(mx + cos * r * 0.55 + sin * r * 0.75, my + sin * r * 0.55 - cos * r * 0.75);
-      g.closePath();
-      g.fillStyle = e.colour;
-      g.fill();
-      const size = (SPRITE_SIZE * r) / SPRITE_RADIUS;
-      g.drawImage(e.sprite, mx - size / 2, my - size / 2, size, size);
-      if (e === lit) {
-        g.beginPath();
-        g.arc(mx, my, r + 3 * dpr, 0, Math.PI * 2);
-        g.lineWidth = 2 * dpr;
-        g.strokeStyle = ACCENT;
-        g.stroke();
-      }
-      if (talking) {
-        g.beginPath();
-        g.arc(mx + r * 0.8, my - r * 0.8, 5 * dpr, 0, Math.PI * 2);
-        g.fillStyle = BUBBLE;
-        g.fill();
-      }
-      const m = this.markers[this.markerCount++];
-      m.id = e.id;
-      m.x = mx / dpr;
-      m.y = my / dpr;
+    edgePoint(W / 2, H / 2, e.sx, e.sy, inset, inset, W - inset, H - inset, at);
+    // Off the panels over the canvas (stats, minimap, zoom), along the edge.
+    for (let k = 0; k < this.avoid.length; k++) {
+      const o = this.avoid[k];
+      const x0 = o.x0 * dpr - r;
+      const y0 = o.y0 * dpr - r;
+      const x1 = o.x1 * dpr + r;
+      const y1 = o.y1 * dpr + r;
+      if (at.x <= x0 || at.x >= x1 || at.y <= y0 || at.y >= y1) continue;
+      const onTopOrBottom = at.y <= inset + 1 || at.y >= H - inset - 1;
+      if (onTopOrBottom) at.x = at.x - x0 < x1 - at.x && x0 > inset ? x0 : x1 < W - inset ? x1 : x0;
+      else at.y = at.y - y0 < y1 - at.y && y0 > inset ? y0 : y1 < H - inset ? y1 : y0;
     }
+    const mx = at.x;
+    const my = at.y;
+    for (let k = 0; k < this.markerCount; k++) {
+      const m = this.markers[k];
+      if (Math.abs(m.x * dpr - mx) < r * 1.6 && Math.abs(m.y * dpr - my) < r * 1.6) return;
+    }
+    // An arrow outwards, then the avatar.
+    const ang = Math.atan2(e.sy - my, e.sx - mx);
+    const cos = Math.cos(ang);
+    const sin = Math.sin(ang);
+    g.beginPath();
+    g.moveTo(mx + cos * (r + 7 * dpr), my + sin * (r + 7 * dpr));
+    g.lineTo(mx + cos * r * 0.55 - sin * r * 0.75, my + sin * r * 0.55 + cos * r * 0.75);
+    g.lineTo(mx + cos * r * 0.55 + sin * r * 0.75, my + sin * r * 0.55 - cos * r * 0.75);
+    g.closePath();
+    g.fillStyle = e.colour;
+    g.fill();
+    const size = (SPRITE_SIZE * r) / SPRITE_RADIUS;
+    g.drawImage(e.sprite, mx - size / 2, my - size / 2, size, size);
+    if (e === lit) {
+      g.beginPath();
+      g.arc(mx, my, r + 3 * dpr, 0, Math.PI * 2);
+      g.lineWidth = 2 * dpr;
+      g.strokeStyle = ACCENT;
+      g.stroke();
+    }
+    if (e.bubble !== null && e.bubbleUntil > clockMs) {
+      g.beginPath();
+      g.arc(mx + r * 0.8, my - r * 0.8, 5 * dpr, 0, Math.PI * 2);
+      g.fillStyle = BUBBLE;
+      g.fill();
+    }
+    const m = this.markers[this.markerCount++];
+    m.id = e.id;
+    m.x = mx / dpr;
+    m.y = my / dpr;
+  }
+
+  /** Rectangles over the canvas (CSS px: {x0, y0, x1, y1}) that markers keep off. */
+  setObstacles(rects) {
+    this.avoid = rects;
   }
 
   /** The id of the member whose edge marker is under CSS pixel (px, py), or null. */

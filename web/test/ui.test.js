@@ -1,0 +1,193 @@
+// The demo's small rules (issue 10, the browser demo): keys on buttons,
+// notices after a reconnect, the lobby's capacity, the title, names and
+// colours, labels, edge markers, and what the stylesheet promises.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+
+import { ReturnFilter, contrast, inSeconds, keyBelongsTo, roomStatus, titleFor } from '../ui.js';
+import { LabelGrid, PALETTE, colourFor, distinctColour, edgePoint, ellipsize, initial } from '../view.js';
+
+const el = (tagName, { type, role, editable } = {}) => ({
+  tagName,
+  type,
+  isContentEditable: !!editable,
+  getAttribute: (name) => (name === 'role' ? (role ?? null) : null),
+});
+
+test('Enter and Space on a focused button press it; the page shortcuts keep other keys (item 1)', () => {
+  for (const key of ['Enter', ' ']) {
+    assert.equal(keyBelongsTo(el('BUTTON'), key), true, `${key} on a button`);
+    assert.equal(keyBelongsTo(el('A'), key), true);
+    assert.equal(keyBelongsTo(el('DIV', { role: 'tab' }), key), true);
+    assert.equal(keyBelongsTo(el('INPUT', { type: 'checkbox' }), key), true);
+  }
+  // WASD and +/- still walk and zoom while a button has focus.
+  for (const key of ['w', 'a', '+', 'ArrowUp']) assert.equal(keyBelongsTo(el('BUTTON'), key), false, key);
+  // Enter on the floor (canvas) or the page opens the chat.
+  assert.equal(keyBelongsTo(el('CANVAS'), 'Enter'), false);
+  assert.equal(keyBelongsTo(el('BODY'), 'Enter'), false);
+  assert.equal(keyBelongsTo(null, 'Enter'), false);
+  // Text fields take every key.
+  for (const key of ['w', 'Enter', ' ']) {
+    assert.equal(keyBelongsTo(el('INPUT'), key), true);
+    assert.equal(keyBelongsTo(el('INPUT', { type: 'search' }), key), true);
+    assert.equal(keyBelongsTo(el('TEXTAREA'), key), true);
+    assert.equal(keyBelongsTo(el('DIV', { editable: true }), key), true);
+  }
+});
+
+test('after a reconnect, people who were there are not announced as joining (item 10)', () => {
+  const f = new ReturnFilter({ graceMs: 30_000 });
+  f.dropped(['Ada', 'Bo', 'Bo', 'Cy']);
+  // Ada is in the snapshot of the rejoin; Bo (twice) and Cy come back later.
+  assert.deepEqual(f.rejoined(1000, ['Ada']).sort(), ['Bo', 'Cy']);
+  assert.equal(f.returning('Bo', 2000), true);
+  assert.equal(f.returning('Bo', 2500), true, 'both Bos were there');
+  assert.equal(f.returning('Bo', 3000), false, 'a third Bo is new');
+  assert.equal(f.returning('Dee', 3000), false, 'never there: news');
+  assert.equal(f.returning('Ada', 3000), false, 'Ada was back already; a second Ada is news');
+  // Past the grace period even Cy is news (they may have left and come back).
+  assert.equal(f.returning('Cy', 40_000), false);
+});
+
+test('a second drop before the rejoin keeps the first list', () => {
+  const f = new ReturnFilter();
+  f.dropped(['Ada']);
+  f.dropped([]); // the next attempt failed too, with an empty room
+  f.rejoined(0, []);
+  assert.equal(f.returning('Ada', 10), true);
+  f.clear();
+  f.dropped(['Bo']);
+  f.clear(); // left the room
+  assert.equal(f.returning('Bo', 10), false);
+});
+
+test('the lobby shows places taken and full rooms as full (item 4)', () => {
+  assert.deepEqual(roomStatus({ members: 3, capacity: 500 }), {
+    full: false,
+    count: '3/500',
+    title: '3 of 500 places taken',
+  });
+  assert.equal(roomStatus({ members: 500, capacity: 500 }).full, true);
+  assert.match(roomStatus({ members: 500, capacity: 500 }).title, /full/);
+  // An older server without capacity: counts only, never "full".
+  assert.deepEqual(roomStatus({ members: 1 }), { full: false, count: '1', title: '1 member' });
+});
+
+test('the title names the room and counts unread chat (item 19)', () => {
+  assert.equal(titleFor(null, 0), 'amble');
+  assert.equal(titleFor('lobby', 0), 'lobby · amble');
+  assert.equal(titleFor('lobby', 3), '(3) lobby · amble');
+  assert.equal(titleFor('lobby', 250), '(99+) lobby · amble');
+});
+
+test('waits read in whole seconds, never "in 0 s" (items 10, 11)', () => {
+  assert.equal(inSeconds(1), 'in 1 s');
+  assert.equal(inSeconds(0), 'in 1 s');
+  assert.equal(inSeconds(-50), 'in 1 s');
+  assert.equal(inSeconds(1001), 'in 2 s');
+  assert.equal(inSeconds(15_000), 'in 15 s');
+});
+
+test('initials are whole grapheme clusters (item 16)', () => {
+  assert.equal(initial('🇫🇷 Marie'), '🇫🇷');
+  assert.equal(initial('👩‍👩‍👧 family'), '👩‍👩‍👧');
+  assert.equal(initial('  élodie'), 'É');
+  assert.equal(initial('e\u0301mile'), 'E\u0301');
+  assert.equal(initial('   '), '?');
+});
+
+test('long names are cut with an ellipsis, not squeezed (item 13)', () => {
+  const measure = (t) => [...t].length * 10; // 10 px a character
+  assert.equal(ellipsize('Ada', 100, measure), 'Ada');
+  assert.equal(ellipsize('Bartholomew the Great', 100, measure), 'Bartholom…');
+  const cut = ellipsize('Bartholomew the Great', 100, measure);
+  assert.ok(measure(cut) <= 100 && cut.endsWith('…'), cut);
+  // Never inside a cluster: a flag stays whole or goes whole.
+  const flags = ellipsize('🇫🇷🇫🇷🇫🇷🇫🇷', 35, (t) => Array.from(new Intl.Segmenter().segment(t)).length * 10);
+  assert.equal(flags, '🇫🇷🇫🇷…');
+});
+
+test('two members with one name get different colours (item 8)', () => {
+  const first = colourFor('Ada');
+  assert.equal(distinctColour('Ada', []), first);
+  const second = distinctColour('Ada', [first]);
+  assert.notEqual(second, first);
+  const taken = [];
+  for (let i = 0; i < PALETTE.length; i++) taken.push(distinctColour('Ada', taken));
+  assert.equal(new Set(taken).size, PALETTE.length, 'twelve Adas, twelve colours');
+});
+
+test('edge markers sit where an off-screen member is, on the edge (item 3)', () => {
+  const out = { x: 0, y: 0 };
+  // Far to the right: on the right edge, level with the centre.
+  assert.deepEqual(edgePoint(50, 50, 1000, 50, 10, 10, 90, 90, out), { x: 90, y: 50 });
+  // Up and left, steeper than the diagonal: on the top edge.
+  edgePoint(50, 50, 30, -350, 10, 10, 90, 90, out);
+  assert.equal(out.y, 10);
+  assert.ok(Math.abs(out.x - 48) < 1e-9);
+  // Inside: unchanged.
+  assert.deepEqual(edgePoint(50, 50, 60, 70, 10, 10, 90, 90, out), { x: 60, y: 70 });
+});
+
+test('labels are placed only where none is yet (item 13)', () => {
+  const grid = new LabelGrid();
+  grid.resize(200, 100, 10);
+  assert.equal(grid.fits(0, 0, 50, 20), true);
+  grid.mark(0, 0, 50, 20);
+  assert.equal(grid.fits(40, 10, 90, 30), false, 'overlaps');
+  assert.equal(grid.fits(50, 0, 100, 20), true, 'touching is fine');
+  assert.equal(grid.fits(-80, 50, -10, 70), true, 'off the canvas');
+  grid.clear();
+  assert.equal(grid.fits(40, 10, 90, 30), true);
+});
+
+// ------------------------------------------------------------ the stylesheet
+
+const css = readFileSync(new URL('../style.css', import.meta.url), 'utf8');
+const vars = Object.fromEntries([...css.matchAll(/--([\w-]+):\s*(#[0-9a-f]{6})/gi)].map((m) => [m[1], m[2]]));
+
+/** The declarations of `selector`'s first rule inside `scope` (the whole sheet by default). */
+function rule(selector, scope = css) {
+  // At the start of a line (after indentation), so `input` is not `button, input`.
+  const m = new RegExp(`(^|\\n)[ \\t]*${selector.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')} \\{`).exec(scope);
+  assert.ok(m, `no rule for ${selector}`);
+  const i = m.index;
+  return scope.slice(i, scope.indexOf('}', i));
+}
+
+function media(query) {
+  const i = css.indexOf(`@media ${query} {`);
+  assert.ok(i >= 0, `no @media ${query}`);
+  let depth = 0;
+  for (let j = css.indexOf('{', i); j < css.length; j++) {
+    if (css[j] === '{') depth++;
+    else if (css[j] === '}' && --depth === 0) return css.slice(i, j);
+  }
+  throw new Error('unbalanced');
+}
+
+test('small text is at least 4.5:1 on every panel: placeholders, timestamps, muted text (item 17)', () => {
+  assert.match(rule('input::placeholder'), /color: var\(--faint\)/);
+  assert.match(rule('.messages .time'), /color: var\(--faint\)/);
+  for (const fg of ['faint', 'muted']) {
+    for (const bg of ['bg', 'bg-2', 'panel', 'panel-2']) {
+      const ratio = contrast(vars[fg], vars[bg]);
+      assert.ok(ratio >= 4.5, `--${fg} on --${bg}: ${ratio.toFixed(2)}:1`);
+    }
+  }
+  assert.ok(contrast('#5d6a7b', vars['bg-2']) < 4.5, 'the old placeholder colour would fail');
+});
+
+test('inputs are 16 px in the text colour, so typed text is no placeholder and iOS does not zoom (item 12)', () => {
+  assert.match(rule('input'), /font-size: 16px/);
+  assert.match(rule('input'), /color: var\(--text\)/);
+  assert.match(rule('.field input'), /font-size: 16px; color: var\(--text\)/);
+});
+
+test('the phone layout keeps the walk hint (item 9)', () => {
+  const phone = media('(max-width: 760px)');
+  assert.doesNotMatch(phone, /\.hint \{[^}]*display: none/);
+  assert.match(rule('.hint', phone), /bottom: 8px/);
+});
