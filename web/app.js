@@ -991,6 +991,8 @@ Object.defineProperty(window, 'ambleDemo', {
       return { fps: n, workMsAvg: n ? sum / n : 0, workMsMax: max };
     },
     zoom: (factor) => view.zoomBy(factor),
+    /** The camera: zoom factor and the world point at the canvas centre (cm). */
+    camera: () => ({ zoom: view.zoom, x: view.camX, y: view.camY }),
     /** The world point under a CSS pixel of the canvas (for tests that click). */
     worldToCanvas: (x, y) => {
       const s = view.scale;

@@ -468,7 +468,11 @@ export class FloorView {
     const W = this.canvas.width;
     const H = this.canvas.height;
     const gap = 3 * dpr;
-    if (self && self.onScreen) this.placeLabel(g, self, radius + 6 * dpr, W, H, true);
+    if (self && self.onScreen) {
+      // Your avatar and label stay clear of the others' labels.
+      grid.mark(self.sx - radius, self.sy - radius, self.sx + radius, self.sy + radius);
+      this.placeLabel(g, self, radius + 6 * dpr, W, H, true);
+    }
     if (lit && lit !== self && lit.onScreen) this.placeLabel(g, lit, radius + gap, W, H, true);
     for (let i = count - 1; i >= 0; i--) {
       const e = entries[i];
@@ -704,7 +708,7 @@ export class FloorView {
     const vh = this.cssH / s;
     g.strokeStyle = 'rgba(230,237,243,0.55)';
     g.strokeRect(ox + (this.camX - vw / 2) * k, oy + (this.camY - vh / 2) * k, vw * k, vh * k);
-    const dot = Math.max(1.5 * dpr, 2 * dpr);
+    const dot = (count <= 60 ? 4 : 2) * dpr; // easy to see in a small room
     for (let i = 0; i < count; i++) {
       const e = entries[i];
       if (e === self) continue;
