@@ -190,7 +190,9 @@ function renderRooms(rooms) {
     ui.rooms.append(emptyRow('No one is here yet. Name a room above to open it.'));
     return;
   }
-  rooms.sort((a, b) => b.members - a.members || a.name.localeCompare(b.name, undefined, { numeric: true }));
+  // Rooms one can join first, the busiest on top; full rooms last.
+  const full = (r) => (roomStatus(r).full ? 1 : 0);
+  rooms.sort((a, b) => full(a) - full(b) || b.members - a.members || a.name.localeCompare(b.name, undefined, { numeric: true }));
   for (const r of rooms) {
     const li = document.createElement('li');
     const b = document.createElement('button');

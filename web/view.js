@@ -56,16 +56,34 @@ function paletteIndex(name) {
 /**
  * A colour for a member called `name` that differs from `taken` (the
  * colours of others present with the same name), so that two people with
- * one name can be told apart: the name's own colour if free, else the next
- * free one in steps of 5 (coprime with 12, so all twelve come round).
+ * one name can be told apart: the name's own colour if free, else the free
+ * palette colour furthest from every taken one.
  */
 export function distinctColour(name, taken) {
-  const base = paletteIndex(name);
-  for (let k = 0; k < PALETTE.length; k++) {
-    const c = PALETTE[(base + k * 5) % PALETTE.length];
-    if (!taken.includes(c)) return c;
+  const own = PALETTE[paletteIndex(name)];
+  if (!taken.includes(own)) return own;
+  let best = own;
+  let bestDist = -1;
+  for (const c of PALETTE) {
+    if (taken.includes(c)) continue;
+    let near = Infinity;
+    for (const t of taken) near = Math.min(near, colourDistance(c, t));
+    if (near > bestDist) {
+      best = c;
+      bestDist = near;
+    }
   }
-  return PALETTE[base];
+  return best;
+}
+
+/** Euclidean distance of two #rrggbb colours in RGB. */
+export function colourDistance(a, b) {
+  const x = parseInt(a.slice(1), 16);
+  const y = parseInt(b.slice(1), 16);
+  const dr = ((x >> 16) & 255) - ((y >> 16) & 255);
+  const dg = ((x >> 8) & 255) - ((y >> 8) & 255);
+  const db = (x & 255) - (y & 255);
+  return Math.sqrt(dr * dr + dg * dg + db * db);
 }
 
 function canvas(w, h) {
@@ -289,6 +307,7 @@ export class FloorView {
     this.highlightUntil = 0;
     this.grid = new LabelGrid();
     this.placed = new Float64Array(MAX_BUBBLES * 4);
+    this.placedCount = 0;
     this.markers = Array.from({ length: MAX_MARKERS }, () => ({ id: 0, x: 0, y: 0 }));
     this.markerCount = 0;
     this.markerPoint = { x: 0, y: 0 };
@@ -493,24 +512,19 @@ export class FloorView {
 
   /**
    * Speech bubbles of members on screen, on top of everything: above the
-   * speaker, or below when there is no room above; moved up (or down) off
-   * bubbles already placed and off your own avatar; never past an edge.
-   * An off-screen speaker's bubble is not drawn: its edge marker shows it.
+   * speaker, or below when there is no room above, or moved one step off a
+   * bubble already there. A bubble that would still cover another bubble,
+   * your avatar, a panel over the floor or the edge is shown as a speech dot
+   * over its speaker instead (the chat panel has the words). An off-screen
+   * speaker's bubble is not drawn: its edge marker shows it.
    */
   drawBubbles(g, entries, count, self, radius, clockMs) {
     const dpr = this.dpr;
     const W = this.canvas.width;
     const H = this.canvas.height;
-    const edge = 4 * dpr;
     const gap = 6 * dpr;
     const tail = 7 * dpr;
-    const placed = this.placed;
-    let n = 0;
-    // Your avatar is an obstacle for the others' bubbles.
-    const sx0 = self ? self.sx - radius - 4 * dpr : 0;
-    const sy0 = self ? self.sy - radius - 4 * dpr : 0;
-    const sx1 = self ? self.sx + radius + 4 * dpr : -1;
-    const sy1 = self ? self.sy + radius + 4 * dpr : -1;
+    this.placedCount = 0;
     for (let i = 0; i < count; i++) {
       const e = entries[i];
       if (!e.bubble) continue;
@@ -523,60 +537,93 @@ export class FloorView {
       const b = e.bubble;
       const bw = b.width;
       const bh = b.height;
-      const bx = clamp(e.sx - bw / 2, edge, W - bw - edge);
+      const bx = clamp(e.sx - bw / 2, 4 * dpr, W - bw - 4 * dpr);
       const aboveY = e.sy - radius - gap - tail - bh;
       const belowY = e.sy + radius + 22 * dpr + tail; // under the name label
-      let by = aboveY;
-      let dir = -1;
-      if (aboveY < edge) {
-        by = belowY;
-        dir = 1;
+      let by = this.bubbleSpot(e, self, bx, aboveY, bw, bh, -1, radius);
+      if (by === null) by = this.bubbleSpot(e, self, bx, belowY, bw, bh, 1, radius);
+      g.globalAlpha = left < 600 ? left / 600 : 1;
+      g.fillStyle = BUBBLE;
+      if (by === null) {
+        // No clear spot: a speech dot over the speaker.
+        const dx = e.sx + radius * 0.75;
+        const dy = e.sy - radius * 0.95;
+        g.beginPath();
+        g.arc(dx, dy, 6 * dpr, 0, Math.PI * 2);
+        g.fill();
+        g.fillStyle = '#10151c';
+        for (let k = -1; k <= 1; k++) g.fillRect(dx + k * 3 * dpr - dpr, dy - dpr, 2 * dpr, 2 * dpr);
+        continue;
       }
-      let clear = false;
-      for (let attempt = 0; attempt < 6; attempt++) {
-        let hit = -1;
-        for (let k = 0; k < n && hit < 0; k++) {
-          const o = k * 4;
-          if (bx < placed[o + 2] && bx + bw > placed[o] && by < placed[o + 3] && by + bh > placed[o + 1]) hit = o;
-        }
-        const onSelf = e !== self && bx < sx1 && bx + bw > sx0 && by < sy1 && by + bh > sy0;
-        if (hit < 0 && !onSelf) {
-          clear = true;
-          break;
-        }
-        if (onSelf && dir < 0 && attempt === 0 && belowY + bh < H - edge) {
-          by = belowY;
-          dir = 1;
-        } else if (hit >= 0) {
-          by = dir < 0 ? placed[hit + 1] - gap - bh : placed[hit + 3] + gap;
-        } else {
-          by = dir < 0 ? sy0 - gap - bh : sy1 + gap;
-        }
-        if (by < edge || by + bh > H - edge) break;
-      }
-      by = clamp(by, edge, H - bh - edge);
-      if (n < MAX_BUBBLES) {
-        placed[n * 4] = bx;
-        placed[n * 4 + 1] = by;
-        placed[n * 4 + 2] = bx + bw;
-        placed[n * 4 + 3] = by + bh;
-        n++;
-      }
-      g.globalAlpha = (left < 600 ? left / 600 : 1) * (clear ? 1 : 0.8);
+      this.placeBubble(bx, by, bw, bh);
       g.drawImage(b, Math.round(bx), Math.round(by));
       // The tail, pointing at the speaker.
+      const below = by > e.sy;
       const tx = clamp(e.sx, bx + tail * 2, bx + bw - tail * 2);
-      const baseY = by + bh > e.sy ? by : by + bh;
-      const tipY = by + bh > e.sy ? by - tail : by + bh + tail;
+      const baseY = below ? by : by + bh;
       g.beginPath();
       g.moveTo(tx - tail, baseY);
-      g.lineTo(clamp(e.sx, tx - tail, tx + tail), tipY);
+      g.lineTo(clamp(e.sx, tx - tail, tx + tail), below ? by - tail : by + bh + tail);
       g.lineTo(tx + tail, baseY);
       g.closePath();
-      g.fillStyle = BUBBLE;
       g.fill();
     }
     g.globalAlpha = 1;
+  }
+
+  /**
+   * Where a bubble `bw` x `bh` at (bx, y) can go (device px): y itself, or
+   * one step further out (`dir` -1 up, 1 down) past a bubble in the way;
+   * null when neither is clear.
+   */
+  bubbleSpot(e, self, bx, y, bw, bh, dir, radius) {
+    const dpr = this.dpr;
+    const H = this.canvas.height;
+    const gap = 6 * dpr;
+    const edge = 4 * dpr;
+    for (let step = 0; step < 2; step++) {
+      if (y < edge || y + bh > H - edge) return null;
+      let hit = this.bubbleHit(bx, y, bw, bh);
+      if (hit < 0 && self && e !== self) {
+        const r = radius + 4 * dpr;
+        if (bx < self.sx + r && bx + bw > self.sx - r && y < self.sy + r && y + bh > self.sy - r) return null;
+      }
+      if (hit < 0) hit = this.obstacleHit(bx, y, bw, bh) ? -2 : -1;
+      if (hit === -1) return y;
+      if (hit === -2) return null;
+      const p = this.placed;
+      y = dir < 0 ? p[hit + 1] - gap - bh : p[hit + 3] + gap;
+    }
+    return null;
+  }
+
+  /** The offset in `placed` of a bubble that meets the rectangle, or -1. */
+  bubbleHit(x, y, w, h) {
+    const p = this.placed;
+    for (let k = 0; k < this.placedCount; k++) {
+      const o = k * 4;
+      if (x < p[o + 2] && x + w > p[o] && y < p[o + 3] && y + h > p[o + 1]) return o;
+    }
+    return -1;
+  }
+
+  /** True when the rectangle (device px) meets a panel over the canvas. */
+  obstacleHit(x, y, w, h) {
+    const dpr = this.dpr;
+    for (let k = 0; k < this.avoid.length; k++) {
+      const o = this.avoid[k];
+      if (x < o.x1 * dpr && x + w > o.x0 * dpr && y < o.y1 * dpr && y + h > o.y0 * dpr) return true;
+    }
+    return false;
+  }
+
+  placeBubble(x, y, w, h) {
+    if (this.placedCount >= MAX_BUBBLES) return;
+    const o = this.placedCount++ * 4;
+    this.placed[o] = x;
+    this.placed[o + 1] = y;
+    this.placed[o + 2] = x + w;
+    this.placed[o + 3] = y + h;
   }
 
   /**

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
 import { ReturnFilter, contrast, inSeconds, keyBelongsTo, roomStatus, titleFor } from '../ui.js';
-import { LabelGrid, PALETTE, colourFor, distinctColour, edgePoint, ellipsize, initial } from '../view.js';
+import { LabelGrid, PALETTE, colourDistance, colourFor, distinctColour, edgePoint, ellipsize, initial } from '../view.js';
 
 const el = (tagName, { type, role, editable } = {}) => ({
   tagName,
@@ -114,6 +114,11 @@ test('two members with one name get different colours (item 8)', () => {
   assert.equal(distinctColour('Ada', []), first);
   const second = distinctColour('Ada', [first]);
   assert.notEqual(second, first);
+  // Not a near neighbour (the palette has two purples, two blues, two yellows).
+  for (const name of ['Ada', 'Bo', 'bot 1', 'Marie']) {
+    const a = colourFor(name);
+    assert.ok(colourDistance(a, distinctColour(name, [a])) > 150, name);
+  }
   const taken = [];
   for (let i = 0; i < PALETTE.length; i++) taken.push(distinctColour('Ada', taken));
   assert.equal(new Set(taken).size, PALETTE.length, 'twelve Adas, twelve colours');
