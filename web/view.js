@@ -312,7 +312,7 @@ export class FloorView {
     this.markerCount = 0;
     this.markerPoint = { x: 0, y: 0 };
     this.avoid = [];
-    this.miniMap = null;
+    this.miniMap = { ready: false, ox: 0, oy: 0, k: 1 };
     this.resize();
   }
 
@@ -776,13 +776,17 @@ export class FloorView {
       g.fillStyle = '#ffffff';
       g.fill();
     }
-    this.miniMap = { ox, oy, k: k / dpr };
+    const mm = this.miniMap;
+    mm.ready = true;
+    mm.ox = ox;
+    mm.oy = oy;
+    mm.k = k / dpr;
   }
 
   /** The world point under CSS pixel (px, py) of the minimap, clamped to the world; into `out`. */
   minimapToWorld(px, py, out) {
     const m = this.miniMap;
-    if (!m) return null;
+    if (!m.ready) return null;
     out.x = clamp((px - m.ox / this.dpr) / m.k, 0, this.worldW);
     out.y = clamp((py - m.oy / this.dpr) / m.k, 0, this.worldH);
     return out;
