@@ -407,7 +407,7 @@ client.on('joined', (m) => {
   peopleDirty = true;
   if (returning.returning(m.name, performance.now())) return;
   e.notableUntil = performance.now() + NEWCOMER_MS;
-  queueNotice('joined', shownName(e, m.name));
+  queueNotice('joined', shownName(e, m.name), m.id);
 });
 
 client.on('left', (m, reason) => {
@@ -545,10 +545,19 @@ function addChat(name, colour, text, serverTimeMs, self) {
   appendMessage(li);
 }
 
-function addNotice(text, error = false) {
+function addNotice(text, error = false, goToId = null) {
   const li = document.createElement('li');
   li.className = error ? 'notice err' : 'notice';
   li.textContent = text;
+  if (goToId !== null) {
+    // Someone who just arrived: one click to go and say hello.
+    const go = document.createElement('button');
+    go.type = 'button';
+    go.className = 'link';
+    go.textContent = 'Go to';
+    go.addEventListener('click', () => goTo(goToId));
+    li.append(' ', go);
+  }
   appendMessage(li);
 }
 
@@ -556,22 +565,25 @@ function addNotice(text, error = false) {
 const noticeQueue = [];
 let noticeTimer = null;
 
-function queueNotice(what, name) {
-  noticeQueue.push([what, name]);
+function queueNotice(what, name, id = null) {
+  noticeQueue.push([what, name, id]);
   if (noticeTimer === null) noticeTimer = setTimeout(flushNotices, 400);
 }
 
 function flushNotices() {
   noticeTimer = null;
   const groups = new Map();
-  for (const [what, name] of noticeQueue) {
+  for (const [what, name, id] of noticeQueue) {
     if (!groups.has(what)) groups.set(what, []);
-    groups.get(what).push(name);
+    groups.get(what).push([name, id]);
   }
   noticeQueue.length = 0;
-  for (const [what, names] of groups) {
-    if (names.length <= 3) for (const n of names) addNotice(`${n} ${what}.`);
-    else addNotice(`${names.slice(0, 2).join(', ')} and ${names.length - 2} others ${what}.`);
+  for (const [what, people] of groups) {
+    if (people.length <= 3) {
+      for (const [n, id] of people) addNotice(`${n} ${what}.`, false, id !== null && byId.has(id) ? id : null);
+    } else {
+      addNotice(`${people[0][0]}, ${people[1][0]} and ${people.length - 2} others ${what}.`);
+    }
   }
 }
 

@@ -755,7 +755,7 @@ export class FloorView {
     const vh = this.cssH / s;
     g.strokeStyle = 'rgba(230,237,243,0.55)';
     g.strokeRect(ox + (this.camX - vw / 2) * k, oy + (this.camY - vh / 2) * k, vw * k, vh * k);
-    const dot = (count <= 60 ? 4 : 2) * dpr; // easy to see in a small room
+    const dot = (count <= 60 ? 5 : 2) * dpr; // easy to see in a small room
     for (let i = 0; i < count; i++) {
       const e = entries[i];
       if (e === self) continue;
