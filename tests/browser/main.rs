@@ -3,9 +3,11 @@
 //! 127.0.0.1:0. Part of `cargo test`; without `chromium` and
 //! `chromium-driver` installed they fail, saying what to install.
 //! The harness is in [`driver`]; screenshots go to
-//! target/browser-artifacts/<test>/.
+//! target/browser-artifacts/<test>/. [`demo`] is two people in a room;
+//! [`ux`] is what a newcomer meets first (issue 10's browser items).
 
 mod demo;
+mod ux;
 // Not every helper is used by every group of scenarios (the crowd example
 // shares this file too).
 #[allow(dead_code)]
