@@ -10,9 +10,9 @@ use axum::Router;
 use std::net::SocketAddr;
 
 use axum::extract::{ConnectInfo, Request, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, Version, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, get};
 use hyper_util::rt::TokioIo;
 use tokio::sync::Semaphore;
 use tokio_tungstenite::WebSocketStream;
@@ -27,7 +27,9 @@ use crate::auth::Gate;
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::connection;
+use crate::handshake::{self, Refusal};
 use crate::metrics::Metrics;
+use crate::metrics_token::MetricsToken;
 use crate::outbox::{Outbox, WsIo};
 use crate::protocol::{Rules, SUBPROTOCOL};
 use crate::room::Rooms;
@@ -51,6 +53,8 @@ pub struct Shared {
     /// Every socket task, so shutdown can wait for them (axum does not
     /// track upgraded connections).
     pub sockets: TaskTracker,
+    /// The bearer token `/metrics` requires, if one is configured.
+    pub metrics_token: Option<MetricsToken>,
 }
 
 /// The WebSocket read buffer: client frames are small.
@@ -58,7 +62,7 @@ const READ_BUFFER_BYTES: usize = 1024;
 
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
-        .route("/ws", get(upgrade))
+        .route("/ws", any(upgrade))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/api/rooms", get(rooms))
         .route("/metrics", get(metrics))
@@ -74,29 +78,26 @@ async fn upgrade(
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     mut request: Request,
 ) -> Response {
-    let accept = match accept_key(request.version(), request.headers()) {
+    let accept = match handshake::check(
+        request.method(),
+        request.version(),
+        request.headers(),
+        &shared.config.allowed_origins,
+    ) {
         Ok(accept) => accept,
-        Err((status, why)) => {
-            shared.metrics.upgrades_refused.inc();
-            debug!(%peer, why, "WebSocket upgrade refused");
-            let mut response = (status, format!("{why}\n")).into_response();
-            if status == StatusCode::UPGRADE_REQUIRED {
-                let headers = response.headers_mut();
-                headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-                headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-                headers.insert(
-                    header::SEC_WEBSOCKET_VERSION,
-                    HeaderValue::from_static("13"),
-                );
-            }
-            return response;
-        }
+        Err(refusal) => return refuse(&shared, peer, request.headers(), refusal),
     };
     let client = match shared.addresses.admit_upgrade(peer.ip(), request.headers()) {
         Ok(client) => client,
         Err(refusal) => {
             debug!(%peer, %refusal, "WebSocket upgrade refused");
-            return (StatusCode::TOO_MANY_REQUESTS, format!("{refusal}\n")).into_response();
+            // Closed like every refused upgrade (see `handshake`).
+            return (
+                StatusCode::TOO_MANY_REQUESTS,
+                [(header::CONNECTION, HeaderValue::from_static("close"))],
+                format!("{refusal}\n"),
+            )
+                .into_response();
         }
     };
     let offers_ours = request
@@ -173,69 +174,15 @@ async fn upgrade(
     response
 }
 
-/// Checks an opening handshake and returns its `Sec-WebSocket-Accept`, or
-/// the status and reason to refuse it with.
-pub(crate) fn accept_key(
-    version: Version,
-    headers: &HeaderMap,
-) -> Result<HeaderValue, (StatusCode, &'static str)> {
-    let has_token = |name: header::HeaderName, token: &str| {
-        headers
-            .get_all(name)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case(token))
-    };
-    if version != Version::HTTP_11 {
-        return Err((
-            StatusCode::HTTP_VERSION_NOT_SUPPORTED,
-            "WebSocket connections need HTTP/1.1",
-        ));
-    }
-    if !has_token(header::UPGRADE, "websocket") || !has_token(header::CONNECTION, "upgrade") {
-        return Err((
-            StatusCode::UPGRADE_REQUIRED,
-            "this is amble's WebSocket endpoint: connect with a WebSocket client \
-             (Upgrade: websocket, Connection: upgrade)",
-        ));
-    }
-    if headers
-        .get(header::SEC_WEBSOCKET_VERSION)
-        .is_none_or(|v| v.as_bytes() != b"13")
-    {
-        // RFC 6455 section 4.4: 426, naming the version we speak.
-        return Err((
-            StatusCode::UPGRADE_REQUIRED,
-            "unsupported WebSocket version: send Sec-WebSocket-Version: 13",
-        ));
-    }
-    let Some(key) = headers.get(header::SEC_WEBSOCKET_KEY) else {
-        return Err((StatusCode::BAD_REQUEST, "missing Sec-WebSocket-Key"));
-    };
-    if !is_nonce(key.as_bytes()) {
-        return Err((
-            StatusCode::BAD_REQUEST,
-            "Sec-WebSocket-Key must be 16 random bytes in base64",
-        ));
-    }
-    let accept = tungstenite::handshake::derive_accept_key(key.as_bytes());
-    HeaderValue::from_str(&accept).map_err(|_| {
-        (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "accept key is not a header value",
-        )
-    })
-}
-
-/// Whether `key` is what RFC 6455 section 4.1 asks for: 16 bytes in
-/// base64, which is 22 characters and `==`.
-fn is_nonce(key: &[u8]) -> bool {
-    key.len() == 24
-        && key.ends_with(b"==")
-        && key[..22]
-            .iter()
-            .all(|c| c.is_ascii_alphanumeric() || *c == b'+' || *c == b'/')
+/// Answers a refused handshake: counted by reason, logged at debug with the
+/// request's origin, and the connection closed after the response.
+fn refuse(shared: &Shared, peer: SocketAddr, headers: &HeaderMap, refusal: Refusal) -> Response {
+    shared.metrics.refuse_upgrade(refusal.reason.label());
+    let origin = headers
+        .get(header::ORIGIN)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    debug!(%peer, ?origin, why = refusal.text, "WebSocket upgrade refused");
+    refusal.into_response()
 }
 
 /// The largest frame the server may have to write: a `Welcome` or `Resync`
@@ -256,7 +203,13 @@ async fn rooms(State(shared): State<Arc<Shared>>) -> axum::Json<RoomList> {
     })
 }
 
-async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
+async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    if let Some(token) = &shared.metrics_token
+        && let Err(denied) = token.admits(&headers)
+    {
+        shared.metrics.refuse_metrics(denied.label());
+        return denied.into_response();
+    }
     (
         StatusCode::OK,
         [(
@@ -265,4 +218,5 @@ async fn metrics(State(shared): State<Arc<Shared>>) -> impl IntoResponse {
         )],
         shared.metrics.render(),
     )
+        .into_response()
 }

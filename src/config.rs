@@ -4,12 +4,14 @@
 use std::ffi::OsString;
 use std::fmt;
 use std::net::IpAddr;
+use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
+use crate::origin::OriginPattern;
 use crate::protocol::{Rules, pb};
 
 /// amble: a lightweight-presence server.
@@ -200,6 +202,27 @@ pub struct Config {
           value_parser = clap::builder::BoolishValueParser::new(),
           action = clap::ArgAction::Set)]
     pub exempt_loopback: bool,
+
+    /// Web pages (origins) that may open a WebSocket, besides a page on the
+    /// server's own host (an `Origin` naming the `Host` the request was sent
+    /// to) and clients that send no `Origin` (not browsers), which are always
+    /// admitted. Each entry is an exact origin (`https://app.example.com`), an
+    /// origin on any port (`http://localhost:*`), or `*` for every page;
+    /// setting the list replaces the default, which is for local development.
+    /// Other pages are refused with 403.
+    #[arg(
+        long,
+        env = "AMBLE_ALLOWED_ORIGINS",
+        value_delimiter = ',',
+        default_value = "http://localhost:*,http://127.0.0.1:*"
+    )]
+    pub allowed_origins: Vec<OriginPattern>,
+
+    /// A file holding a bearer token (16 or more visible ASCII characters)
+    /// that `GET /metrics` then requires as `Authorization: Bearer <token>`.
+    /// Without it /metrics is open to anyone who can reach the server.
+    #[arg(long, env = "AMBLE_METRICS_TOKEN_FILE")]
+    pub metrics_token_file: Option<PathBuf>,
 
     // ---- What a client may send: pings, fragments, text ----
     /// Client pings a connection may send per second, sustained: protocol
@@ -622,6 +645,35 @@ mod tests {
         let off = Config::parse_from(["amble", "--pings-per-sec", "0"]);
         assert_eq!(off.ping_interval(), None);
         assert!(Config::try_parse_from(["amble", "--ping-burst", "0"]).is_err());
+    }
+
+    #[test]
+    fn allowed_origins_default_to_local_development() {
+        let shown: Vec<String> = Config::default()
+            .allowed_origins
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(shown, ["http://localhost:*", "http://127.0.0.1:*"]);
+        let listed = Config::parse_from([
+            "amble",
+            "--allowed-origins",
+            "https://app.example.com, http://localhost:*",
+        ]);
+        assert_eq!(listed.allowed_origins.len(), 2);
+    }
+
+    #[test]
+    fn malformed_origins_are_refused_with_the_entry_and_the_fix() {
+        let err = Config::try_parse_from([
+            "amble",
+            "--allowed-origins",
+            "https://app.example.com,https://other.example.com/",
+        ])
+        .expect_err("a path is not an origin");
+        let text = err.to_string();
+        assert!(text.contains("https://other.example.com/"), "{text}");
+        assert!(text.contains("no path"), "{text}");
     }
 
     #[test]

@@ -18,6 +18,9 @@
 //!   HTTP connection before it is a WebSocket (deadlines, sizes, the pool);
 //!   [`addresses`]: client addresses behind proxies, per-address limits.
 //! - [`app`]: routes and shared state; [`web`]: the embedded browser client.
+//! - [`handshake`], [`origin`], [`metrics_token`]: what is refused at the
+//!   door (a bad WebSocket handshake, a foreign page, a scraper without the
+//!   token).
 //! - [`metrics`], [`config`], [`clock`].
 //!
 //! [`serve`] runs the whole server on a listener until a shutdown future
@@ -30,9 +33,12 @@ pub mod clock;
 pub mod config;
 pub mod connection;
 pub mod fanout;
+pub mod handshake;
 pub mod http;
 pub mod listener;
 pub mod metrics;
+pub mod metrics_token;
+pub mod origin;
 pub mod outbox;
 pub mod protocol;
 pub mod room;
@@ -56,6 +62,7 @@ use crate::config::Config;
 use crate::http::Http;
 use crate::listener::{Capacity, RESERVED_FILES};
 use crate::metrics::Metrics;
+use crate::metrics_token::MetricsToken;
 use crate::protocol::Position;
 use crate::room::{RoomSettings, Rooms};
 
@@ -79,6 +86,18 @@ pub async fn serve(
             "tokens required: every Join must carry a token signed with the configured key"
         ),
     }
+    let metrics_token = match &config.metrics_token_file {
+        Some(path) => Some(
+            MetricsToken::read(path)
+                .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?,
+        ),
+        None => {
+            info!(
+                "/metrics is open to anyone who can reach this server: --metrics-token-file guards it"
+            );
+            None
+        }
+    };
     let open_files = listener::open_files_limit();
     let capacity = Capacity::fit(
         open_files,
@@ -101,7 +120,7 @@ pub async fn serve(
             ehttp = capacity.http,
         );
     }
-    let (shared, http) = state(config, gate, capacity, open_files);
+    let (shared, http) = state(config, gate, metrics_token, capacity, open_files);
     let config = Arc::clone(&shared.config);
     let token = shared.shutdown.clone();
     let ticker = tokio::spawn(Arc::clone(&shared.rooms).run_ticker(token.clone()));
@@ -147,6 +166,7 @@ pub async fn serve(
 pub(crate) fn state(
     config: Config,
     gate: auth::Gate,
+    metrics_token: Option<MetricsToken>,
     capacity: Capacity,
     open_files: Option<u64>,
 ) -> (Arc<Shared>, Arc<Http>) {
@@ -186,6 +206,7 @@ pub(crate) fn state(
         connection_slots: Arc::new(Semaphore::new(capacity.websockets as usize)),
         shutdown: CancellationToken::new(),
         sockets: TaskTracker::new(),
+        metrics_token,
         config,
     });
     let http = Http::new(Arc::clone(&shared), capacity.http as usize);

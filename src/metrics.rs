@@ -12,10 +12,10 @@ use prometheus_client::registry::Registry;
 
 use crate::protocol::ErrorCode;
 
-/// Labels of `amble_rejected_total`.
+/// Labels of `amble_rejected_total` and the other counters by reason.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RejectLabels {
-    /// The protocol error code, e.g. `invalid_position`.
+    /// The protocol error code, e.g. `invalid_position`, or another reason.
     pub reason: String,
 }
 
@@ -67,7 +67,7 @@ pub struct Metrics {
     pub batches: Counter,
     pub resyncs: Counter,
     pub timeouts: Counter,
-    pub upgrades_refused: Counter,
+    pub upgrades_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
     pub send_backlogs: Counter,
     pub frames_dropped: Counter,
     pub rejected: Family<RejectLabels, Counter<u64, AtomicU64>>,
@@ -87,6 +87,7 @@ pub struct Metrics {
     pub address_refusals: Family<LimitLabels, Counter<u64, AtomicU64>>,
     pub forwarded_malformed: Counter,
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
+    pub metrics_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
 
     // ---- Client input budgets ----
     pub pings_over_budget: Counter,
@@ -112,6 +113,22 @@ impl Metrics {
     /// Counts one refused input under its error code.
     pub fn reject(&self, code: ErrorCode) {
         self.rejected.get_or_create(&RejectLabels::of(code)).inc();
+    }
+
+    /// Counts one refused WebSocket handshake under its reason.
+    pub fn refuse_upgrade(&self, reason: &str) {
+        let labels = RejectLabels {
+            reason: reason.to_owned(),
+        };
+        self.upgrades_refused.get_or_create(&labels).inc();
+    }
+
+    /// Counts one refused request for `/metrics` under its reason.
+    pub fn refuse_metrics(&self, reason: &str) {
+        let labels = RejectLabels {
+            reason: reason.to_owned(),
+        };
+        self.metrics_refused.get_or_create(&labels).inc();
     }
 
     /// How many inputs were refused with `code` (for tests).
@@ -237,7 +254,7 @@ impl Metrics {
             );
             r.register(
                 "upgrades_refused",
-                "Requests to /ws refused before the WebSocket opened (bad handshake)",
+                "Requests to /ws refused before the WebSocket opened, by reason (bad handshake, foreign origin)",
                 self.upgrades_refused.clone(),
             );
             r.register(
@@ -315,6 +332,11 @@ impl Metrics {
                 "accept_errors",
                 "Failed accepts, by reason (out_of_files: EMFILE/ENFILE, the server backs off)",
                 self.accept_errors.clone(),
+            );
+            r.register(
+                "metrics_refused",
+                "Requests for /metrics refused for a missing or wrong bearer token, by reason",
+                self.metrics_refused.clone(),
             );
 
             // ---- Client input budgets ----

@@ -7,7 +7,7 @@
 
 use std::net::SocketAddr;
 
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Version};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, Version};
 use proptest::prelude::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
 
@@ -33,7 +33,7 @@ fn cases() -> u32 {
 fn server() -> (Arc<Shared>, Arc<Http>) {
     let config = Config::default();
     let capacity = Capacity::fit(None, 16, 16);
-    crate::state(config, crate::auth::Gate::Open, capacity, None)
+    crate::state(config, crate::auth::Gate::Open, None, capacity, None)
 }
 
 fn peer() -> SocketAddr {
@@ -299,6 +299,7 @@ proptest! {
             0..8,
         ),
         http11 in any::<bool>(),
+        method in prop_oneof![Just(Method::GET), Just(Method::HEAD), Just(Method::POST)],
     ) {
         let mut map = HeaderMap::new();
         for (name, value) in headers {
@@ -307,11 +308,13 @@ proptest! {
             }
         }
         let version = if http11 { Version::HTTP_11 } else { Version::HTTP_10 };
-        match crate::app::accept_key(version, &map) {
+        let allowed = Config::default().allowed_origins;
+        match crate::handshake::check(&method, version, &map, &allowed) {
             Ok(accept) => prop_assert_eq!(accept.len(), 28),
-            Err((status, why)) => {
+            Err(refusal) => {
+                let status = refusal.status;
                 prop_assert!(status.is_client_error() || status == StatusCode::HTTP_VERSION_NOT_SUPPORTED);
-                prop_assert!(!why.is_empty());
+                prop_assert!(!refusal.text.is_empty());
             }
         }
     }
