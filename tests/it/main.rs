@@ -5,6 +5,7 @@ mod auth;
 mod bad_input;
 mod binary;
 mod client_input;
+mod handshake;
 mod http;
 mod lifecycle;
 mod movement;
