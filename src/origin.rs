@@ -401,6 +401,46 @@ mod tests {
         assert_eq!(https.to_string(), "https://app.example.com");
     }
 
+    use proptest::prelude::*;
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_headers(origin in ".{0,64}", host in ".{0,64}") {
+            let _ = admits(Some(&origin), &host, &defaults());
+            let _ = origin.parse::<OriginPattern>();
+        }
+
+        #[test]
+        fn a_page_on_the_host_it_names_is_admitted(
+            host in "[a-z0-9]([a-z0-9-]{0,20}[a-z0-9])?(\\.[a-z0-9]{1,10}){0,3}",
+            port in 1u16..u16::MAX,
+            https in any::<bool>(),
+        ) {
+            let scheme = if https { "https" } else { "http" };
+            let origin = format!("{scheme}://{host}:{port}");
+            let host_header = format!("{host}:{port}");
+            prop_assert!(admits(Some(&origin), &host_header, &[]));
+            let other_port = format!("{host}:{}", port + 1);
+            prop_assert!(!admits(Some(&origin), &other_port, &[]));
+        }
+
+        #[test]
+        fn a_pattern_reads_back_as_it_prints(
+            host in "[a-z][a-z0-9.-]{0,20}",
+            port in proptest::option::of(0u16..),
+            any_port in any::<bool>(),
+        ) {
+            let text = match (any_port, port) {
+                (true, _) => format!("http://{host}:*"),
+                (false, Some(port)) => format!("https://{host}:{port}"),
+                (false, None) => format!("https://{host}"),
+            };
+            let pattern: OriginPattern = text.parse().expect("valid");
+            let again: OriginPattern = pattern.to_string().parse().expect("valid");
+            prop_assert_eq!(again, pattern);
+        }
+    }
+
     #[test]
     fn other_schemes_compare_exactly() {
         let allowed = patterns(&["capacitor://localhost"]);
