@@ -27,7 +27,7 @@ impl std::fmt::Debug for MetricsToken {
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
     /// The file cannot be read.
-    #[error("cannot read --metrics-token-file {path}: {source}")]
+    #[error("cannot read --metrics-token-file {path}")]
     Read {
         path: String,
         source: std::io::Error,
