@@ -11,8 +11,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::Stdio;
 
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 
@@ -189,13 +188,7 @@ impl Nginx {
 
     /// Sends `raw` through nginx and returns the whole response.
     async fn request(&self, raw: &str) -> String {
-        let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
-        tcp.write_all(raw.as_bytes()).await.expect("write");
-        let mut out = Vec::new();
-        within("a response through nginx", tcp.read_to_end(&mut out))
-            .await
-            .expect("read");
-        String::from_utf8_lossy(&out).into_owned()
+        request_at(self.addr, raw).await
     }
 }
 

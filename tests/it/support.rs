@@ -27,6 +27,18 @@ pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) ->
     }
 }
 
+/// Sends `raw` as the whole request to `addr` and returns the whole
+/// response, read until the server closes the connection.
+pub async fn request_at(addr: std::net::SocketAddr, raw: &str) -> String {
+    let mut tcp = TcpStream::connect(addr).await.expect("connect");
+    tcp.write_all(raw.as_bytes()).await.expect("write");
+    let mut out = Vec::new();
+    within("http response", tcp.read_to_end(&mut out))
+        .await
+        .expect("read");
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
     stop: Option<oneshot::Sender<()>>,
@@ -110,13 +122,7 @@ impl TestServer {
     /// Sends `raw` as the whole request and returns the whole response (the
     /// request should ask for `Connection: close`).
     pub async fn request(&self, raw: &str) -> String {
-        let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
-        tcp.write_all(raw.as_bytes()).await.expect("write");
-        let mut out = Vec::new();
-        within("http response", tcp.read_to_end(&mut out))
-            .await
-            .expect("read");
-        String::from_utf8_lossy(&out).into_owned()
+        request_at(self.addr, raw).await
     }
 
     /// Sends `raw` and returns the response head (status line and headers),
