@@ -5,6 +5,8 @@
 
 use std::io::Write as _;
 
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
 use amble::origin::OriginPattern;
 use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
@@ -323,4 +325,33 @@ async fn the_binary_refuses_a_malformed_origin_at_start() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("--allowed-origins"), "{stderr}");
     assert!(stderr.contains("trailing '/'"), "{stderr}");
+}
+
+/// Behind a trusted proxy, a client address over its cap is refused at the
+/// upgrade (429); that refusal closes the connection too.
+#[tokio::test]
+async fn a_client_over_its_address_cap_behind_a_proxy_gets_429_and_a_closed_connection() {
+    let server = TestServer::with(config(|c| {
+        c.exempt_loopback = false;
+        c.max_connections_per_ip = 1;
+        c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+    }))
+    .await;
+    let host = server.addr.to_string();
+    let from = "X-Forwarded-For: 203.0.113.5\r\n";
+    // The first stays open, upgraded.
+    let mut first = tokio::net::TcpStream::connect(server.addr)
+        .await
+        .expect("connect");
+    first
+        .write_all(upgrade("GET", Some(&host), from).as_bytes())
+        .await
+        .expect("write");
+    let mut head = [0u8; 12];
+    within("101", first.read_exact(&mut head))
+        .await
+        .expect("read");
+    assert_eq!(&head, b"HTTP/1.1 101");
+    let second = server.request(&upgrade("GET", Some(&host), from)).await;
+    assert_refused(&second, "429", "");
 }
