@@ -14,6 +14,7 @@ use std::process::Stdio;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::{MaybeTlsStream, tungstenite};
 
 use crate::support::*;
 
@@ -273,4 +274,63 @@ async fn origins_are_judged_through_nginx() {
     let mut page = Client::from_stream(ws);
     page.join("lobby", "page").await;
     page.ping().await;
+}
+
+impl Nginx {
+    /// A WebSocket client through nginx whose socket is bound to `local`
+    /// (another loopback address), so nginx forwards that address.
+    async fn client_from(&self, local: [u8; 4]) -> Result<Client, tungstenite::Error> {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket
+            .bind(SocketAddr::from((local, 0)))
+            .expect("bind a loopback address");
+        let tcp = within("connect", socket.connect(self.addr))
+            .await
+            .expect("connect");
+        let mut request = format!("ws://{}/ws", self.addr)
+            .into_client_request()
+            .expect("request");
+        request.headers_mut().insert(
+            "Sec-WebSocket-Protocol",
+            amble::protocol::SUBPROTOCOL.parse().expect("header"),
+        );
+        let (ws, _) = within(
+            "handshake",
+            tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(tcp)),
+        )
+        .await?;
+        Ok(Client::from_stream(ws))
+    }
+}
+
+/// Behind nginx (a trusted proxy) amble counts each client under the
+/// address nginx forwards in `X-Forwarded-For`, not under nginx's own.
+#[tokio::test]
+async fn amble_sees_the_client_address_nginx_forwards() {
+    let server = TestServer::with(config(|c| {
+        c.exempt_loopback = false;
+        c.max_connections_per_ip = 1;
+        c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+    }))
+    .await;
+    let nginx = Nginx::before(server.addr).await;
+    let mut two = nginx.client_from([127, 0, 0, 2]).await.expect("127.0.0.2");
+    two.join("lobby", "two").await;
+    // Another address has a place of its own, though both come from nginx.
+    let mut three = nginx.client_from([127, 0, 0, 3]).await.expect("127.0.0.3");
+    three.join("lobby", "three").await;
+    // 127.0.0.2's second connection is over its cap of one.
+    match nginx.client_from([127, 0, 0, 2]).await {
+        Err(tungstenite::Error::Http(response)) => assert_eq!(response.status(), 429),
+        Err(other) => panic!("expected 429, got {other}"),
+        Ok(_) => panic!("a second connection from 127.0.0.2 was admitted"),
+    }
+    two.ping().await;
+    three.ping().await;
+    assert_eq!(
+        server
+            .metric("amble_address_refusals_total{limit=\"connections\"}")
+            .await,
+        1.0
+    );
 }
