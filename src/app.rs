@@ -153,7 +153,8 @@ async fn upgrade(
             let socket = WebSocketStream::from_raw_socket(io, Role::Server, Some(ws_config)).await;
             match permit {
                 Some(permit) => connection::run(socket, outbox, shared, permit, client).await,
-                None => connection::refuse(socket, shared).await,
+                // Rare: boxed, so it does not add to every connection's task.
+                None => Box::pin(connection::refuse(socket, shared)).await,
             }
             drop(tracked);
         }

@@ -13,7 +13,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::{SinkExt as _, StreamExt as _};
+use futures_util::future::BoxFuture;
+use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
@@ -189,34 +190,9 @@ pub async fn run(
     shared.metrics.connections.inc();
     shared.metrics.connections_accepted.inc();
     let end = conn.serve().await;
-    debug!(?end, "connection ends");
-    if let Some(m) = conn.membership.take() {
-        m.leave(end.leave_reason()).await;
-    }
-    if matches!(end, End::Idle) {
-        shared.metrics.timeouts.inc();
-    }
-    let notice = match end {
-        End::Shutdown => Some(encode_error(
-            ErrorCode::ShuttingDown,
-            "the server is shutting down: reconnect later",
-        )),
-        End::Replaced => Some(encode_error(
-            ErrorCode::Replaced,
-            "you joined this room again from another connection, which replaced this one",
-        )),
-        _ => None,
-    };
-    if let Some(notice) = notice {
-        let _ = timeout(
-            Duration::from_secs(1),
-            conn.socket.send(Message::Binary(notice)),
-        )
-        .await;
-    }
-    if let Some((code, reason)) = end.close_frame() {
-        conn.close(code, reason).await;
-    }
+    // Once per connection, and boxed so that its futures do not add to the
+    // size of every connection's task.
+    Box::pin(conn.finish(end)).await;
     // The slot frees before the gauge drops: a reader that sees the gauge
     // fall can connect again.
     drop(permit);
@@ -330,13 +306,46 @@ impl Connection {
                         self.last_inbound = Instant::now();
                         self.on_message(msg).await
                     }
-                    Some(Err(err)) => self.on_socket_error(err).await,
+                    Some(Err(err)) => Box::pin(self.on_socket_error(err)).await,
                     None => Err(End::Gone),
                 },
             };
             if let Err(end) = step {
                 return end;
             }
+        }
+    }
+
+    /// After the loop: the member leaves, the client is told why (when
+    /// there is something to tell), and the socket is closed.
+    async fn finish(&mut self, end: End) {
+        debug!(?end, "connection ends");
+        if let Some(m) = self.membership.take() {
+            m.leave(end.leave_reason()).await;
+        }
+        if matches!(end, End::Idle) {
+            self.shared.metrics.timeouts.inc();
+        }
+        let notice = match end {
+            End::Shutdown => Some(encode_error(
+                ErrorCode::ShuttingDown,
+                "the server is shutting down: reconnect later",
+            )),
+            End::Replaced => Some(encode_error(
+                ErrorCode::Replaced,
+                "you joined this room again from another connection, which replaced this one",
+            )),
+            _ => None,
+        };
+        if let Some(notice) = notice {
+            let _ = timeout(
+                Duration::from_secs(1),
+                self.socket.send(Message::Binary(notice)),
+            )
+            .await;
+        }
+        if let Some((code, reason)) = end.close_frame() {
+            self.close(code, reason).await;
         }
     }
 
@@ -465,47 +474,7 @@ impl Connection {
                 self.send_frame(pong).await
             }
             Command::Join { room, name, token } => {
-                if let Some(m) = &self.membership {
-                    let text = format!(
-                        "already in room {} as member {}: send Leave first",
-                        m.room(),
-                        m.id().0
-                    );
-                    return self.refuse(ErrorCode::AlreadyJoined, text).await;
-                }
-                match self.joins.arrive(now) {
-                    Verdict::Apply => {}
-                    Verdict::Defer(at) => {
-                        let wait = at.saturating_duration_since(now).as_millis();
-                        let text = format!("joining too often: try again in {wait} ms");
-                        return self.refuse(ErrorCode::RateLimited, text).await;
-                    }
-                    Verdict::Flood => return self.flood("joins").await,
-                }
-                let (name, user) = match self.admit(&room, name, &token) {
-                    Ok(admitted) => admitted,
-                    Err((code, text)) => return self.refuse(code, text).await,
-                };
-                if let Err(at) = self.shared.addresses.admit_join(&self.client, now) {
-                    let wait = at.saturating_duration_since(now).as_millis();
-                    let text = format!("too many joins from your address: try again in {wait} ms");
-                    return self.refuse(ErrorCode::RateLimited, text).await;
-                }
-                let sink = Arc::clone(&self.outbox);
-                match self.shared.rooms.join_as(&room, name, user, sink).await {
-                    Ok(m) => {
-                        tracing::Span::current()
-                            .record("room", room.as_str())
-                            .record("member", m.id().0);
-                        debug!("joined");
-                        self.membership = Some(m);
-                        Ok(())
-                    }
-                    Err(err @ JoinError::RoomFull { .. }) => {
-                        self.refuse(ErrorCode::RoomFull, err.to_string()).await
-                    }
-                    Err(JoinError::ShuttingDown) => Err(End::Shutdown),
-                }
+                Box::pin(self.join(room, name, token, now)).await
             }
             Command::Move { motion, seq } => {
                 let Some(m) = &self.membership else {
@@ -595,6 +564,58 @@ impl Connection {
         Ok((name, admission.user))
     }
 
+    /// A Join: one at a time, within the connection's and the address's
+    /// join budgets, with a token when the server asks for one.
+    async fn join(
+        &mut self,
+        room: String,
+        name: String,
+        token: String,
+        now: Instant,
+    ) -> Result<(), End> {
+        if let Some(m) = &self.membership {
+            let text = format!(
+                "already in room {} as member {}: send Leave first",
+                m.room(),
+                m.id().0
+            );
+            return self.refuse(ErrorCode::AlreadyJoined, text).await;
+        }
+        match self.joins.arrive(now) {
+            Verdict::Apply => {}
+            Verdict::Defer(at) => {
+                let wait = at.saturating_duration_since(now).as_millis();
+                let text = format!("joining too often: try again in {wait} ms");
+                return self.refuse(ErrorCode::RateLimited, text).await;
+            }
+            Verdict::Flood => return self.flood("joins").await,
+        }
+        let (name, user) = match self.admit(&room, name, &token) {
+            Ok(admitted) => admitted,
+            Err((code, text)) => return self.refuse(code, text).await,
+        };
+        if let Err(at) = self.shared.addresses.admit_join(&self.client, now) {
+            let wait = at.saturating_duration_since(now).as_millis();
+            let text = format!("too many joins from your address: try again in {wait} ms");
+            return self.refuse(ErrorCode::RateLimited, text).await;
+        }
+        let sink = Arc::clone(&self.outbox);
+        match self.shared.rooms.join_as(&room, name, user, sink).await {
+            Ok(m) => {
+                tracing::Span::current()
+                    .record("room", room.as_str())
+                    .record("member", m.id().0);
+                debug!("joined");
+                self.membership = Some(m);
+                Ok(())
+            }
+            Err(err @ JoinError::RoomFull { .. }) => {
+                self.refuse(ErrorCode::RoomFull, err.to_string()).await
+            }
+            Err(JoinError::ShuttingDown) => Err(End::Shutdown),
+        }
+    }
+
     /// Room frames were dropped while the socket was full: send the room
     /// as it is now.
     async fn resync(&mut self) {
@@ -662,31 +683,53 @@ impl Connection {
 
     /// Sends an `Error` for a refused input and counts it. Too many refusals
     /// in a row close the connection as a flood.
-    async fn refuse(&mut self, code: ErrorCode, text: impl Into<String>) -> Result<(), End> {
-        self.notify(code, text).await?;
-        if let Admit::At(_) = self.strikes.admit(Instant::now()) {
-            return self.flood("refused inputs").await;
+    ///
+    /// Refusals, floods, socket errors and joins are boxed: they are rare,
+    /// and inline they would make every connection's task larger by the
+    /// deepest of them (see docs/benchmarks.md, "Hardening").
+    fn refuse(
+        &mut self,
+        code: ErrorCode,
+        text: impl Into<String>,
+    ) -> BoxFuture<'_, Result<(), End>> {
+        let text = text.into();
+        async move {
+            self.notify(code, text).await?;
+            if let Admit::At(_) = self.strikes.admit(Instant::now()) {
+                return self.flood("refused inputs").await;
+            }
+            Ok(())
         }
-        Ok(())
+        .boxed()
     }
 
     /// Sends an `Error` and counts it, with no strike.
-    async fn notify(&mut self, code: ErrorCode, text: impl Into<String>) -> Result<(), End> {
-        self.shared.metrics.reject(code);
+    fn notify(
+        &mut self,
+        code: ErrorCode,
+        text: impl Into<String>,
+    ) -> BoxFuture<'_, Result<(), End>> {
         let text = text.into();
-        debug!(?code, %text, "refused input");
-        self.send_frame(encode_error(code, text)).await
+        async move {
+            self.shared.metrics.reject(code);
+            debug!(?code, %text, "refused input");
+            self.send_frame(encode_error(code, text)).await
+        }
+        .boxed()
     }
 
-    async fn flood(&mut self, what: &str) -> Result<(), End> {
-        self.shared.metrics.reject(ErrorCode::Flood);
-        let text = format!("flooding: {what} far over budget");
-        self.send_frame(encode_error(ErrorCode::Flood, text))
-            .await?;
-        Err(End::Refused {
-            code: close::POLICY,
-            reason: "flooding",
-        })
+    fn flood(&mut self, what: &'static str) -> BoxFuture<'_, Result<(), End>> {
+        async move {
+            self.shared.metrics.reject(ErrorCode::Flood);
+            let text = format!("flooding: {what} far over budget");
+            self.send_frame(encode_error(ErrorCode::Flood, text))
+                .await?;
+            Err(End::Refused {
+                code: close::POLICY,
+                reason: "flooding",
+            })
+        }
+        .boxed()
     }
 
     async fn send_frame(&mut self, frame: Frame) -> Result<(), End> {

@@ -19,20 +19,29 @@ pub enum Admit {
 }
 
 /// A rate limit of one event per `interval`, with bursts of `burst`.
+///
+/// Every connection holds several (moves, chat, joins, pings, strikes), so
+/// the two spans are kept as nanoseconds: 32 bytes a limiter, not 48.
 #[derive(Clone, Debug)]
 pub struct Gcra {
-    interval: Duration,
-    tolerance: Duration,
+    interval_ns: u64,
+    tolerance_ns: u64,
     /// When the bucket is next empty of debt; `None` until the first event.
     tat: Option<Instant>,
+}
+
+/// `d` in nanoseconds, saturating (at about 584 years).
+fn nanos(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Gcra {
     /// `burst` events may pass back to back (at least 1).
     pub fn new(interval: Duration, burst: u32) -> Self {
+        let interval_ns = nanos(interval);
         Self {
-            interval,
-            tolerance: interval * burst.saturating_sub(1),
+            interval_ns,
+            tolerance_ns: interval_ns.saturating_mul(u64::from(burst.saturating_sub(1))),
             tat: None,
         }
     }
@@ -40,7 +49,9 @@ impl Gcra {
     /// Would an event at `now` pass? Does not consume budget.
     pub fn check(&self, now: Instant) -> Admit {
         let tat = self.tat.map_or(now, |t| t.max(now));
-        let earliest = tat.checked_sub(self.tolerance).unwrap_or(now);
+        let earliest = tat
+            .checked_sub(Duration::from_nanos(self.tolerance_ns))
+            .unwrap_or(now);
         if earliest <= now {
             Admit::Now
         } else {
@@ -52,7 +63,8 @@ impl Gcra {
     pub fn admit(&mut self, now: Instant) -> Admit {
         let verdict = self.check(now);
         if verdict == Admit::Now {
-            self.tat = Some(self.tat.map_or(now, |t| t.max(now)) + self.interval);
+            self.tat =
+                Some(self.tat.map_or(now, |t| t.max(now)) + Duration::from_nanos(self.interval_ns));
         }
         verdict
     }
@@ -113,6 +125,13 @@ mod tests {
     use proptest::prelude::*;
 
     const SEC: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn a_limiter_is_small() {
+        // Several live in every connection's task (docs/benchmarks.md).
+        assert!(std::mem::size_of::<Gcra>() <= 32);
+        assert!(std::mem::size_of::<Budget>() <= 64);
+    }
 
     #[test]
     fn burst_then_one_per_interval() {
