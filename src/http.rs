@@ -376,10 +376,13 @@ impl Watch {
 
     /// Bytes arrived: between requests, a head begins.
     fn on_read(&self) {
-        if self
-            .phase
-            .compare_exchange(Phase::Idle as u8, Phase::Head as u8, Relaxed, Relaxed)
-            .is_ok()
+        // A plain load first: the compare-exchange is a locked instruction,
+        // and an upgraded socket reads here for the rest of its life.
+        if self.phase.load(Relaxed) == Phase::Idle as u8
+            && self
+                .phase
+                .compare_exchange(Phase::Idle as u8, Phase::Head as u8, Relaxed, Relaxed)
+                .is_ok()
         {
             self.since_ms.store(self.ms(Instant::now()), Relaxed);
         }
