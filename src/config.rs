@@ -264,6 +264,15 @@ pub struct Config {
           action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
           default_missing_value = "true")]
     pub log_json: bool,
+
+    // ---- Tick ----
+    /// Tasks each room tick is shared out over: every room's batch is
+    /// written by one of them, so a node sends from every core, and a
+    /// room's frames stay in order. 0 means one per runtime worker thread
+    /// (see `--workers`); 1 writes every room from the ticker task alone.
+    #[arg(long, env = "AMBLE_TICK_WORKERS", default_value_t = 0,
+          value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub tick_workers: u16,
 }
 
 /// amble: a lightweight-presence server.

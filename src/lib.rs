@@ -181,6 +181,7 @@ pub(crate) fn state(
     let rooms = Rooms::new(
         RoomSettings {
             tick: config.tick(),
+            tick_workers: usize::from(config.tick_workers),
             motion_time_unit_ms: config.motion_time_unit_ms(),
             capacity: config.room_capacity as usize,
             spawn: Position {

@@ -20,8 +20,6 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use dashmap::DashMap;
-use tokio::time::{Instant, MissedTickBehavior};
-use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
 use crate::fanout::{Frame, Sink};
@@ -37,6 +35,9 @@ use crate::protocol::{
 pub struct RoomSettings {
     /// Batch period; zero sends each move at once.
     pub tick: Duration,
+    /// Tasks each tick shares the rooms out over; 0 means one per worker
+    /// thread of the runtime the tick runs on.
+    pub tick_workers: usize,
     /// Unit of truncated motion times, milliseconds.
     pub motion_time_unit_ms: u32,
     pub capacity: usize,
@@ -440,75 +441,6 @@ impl Rooms {
         }
     }
 
-    /// Applies every room's pending moves as of server time `now_ms` and
-    /// publishes one batch per room that had any.
-    pub fn flush_all(&self, now_ms: u64) {
-        // Collect first: a room lock is never taken under a map guard.
-        let rooms: Vec<Arc<Room>> = self.map.iter().map(|r| Arc::clone(r.value())).collect();
-        let mut records = Vec::new();
-        for room in rooms {
-            self.flush(&room, now_ms, &mut records);
-        }
-    }
-
-    fn flush(&self, room: &Room, now_ms: u64, records: &mut Vec<MotionRecord>) {
-        let mut st = room.state();
-        if st.dirty.is_empty() {
-            return;
-        }
-        records.clear();
-        let State { members, dirty, .. } = &mut *st;
-        for id in dirty.drain(..) {
-            if let Some(m) = members.get_mut(&id)
-                && let Some(motion) = m.pending.take()
-            {
-                m.motion = motion;
-                m.moved_at_ms = now_ms;
-                records.push(MotionRecord { member: id, motion });
-            }
-        }
-        if records.is_empty() {
-            return;
-        }
-        let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
-        room.publish(st, &encode_motion(time, records), &self.metrics);
-        self.metrics.moves_applied.inc_by(records.len() as u64);
-        self.metrics.batches.inc();
-    }
-
-    /// Runs the room ticks until `shutdown`: every `tick`, aligned to
-    /// multiples of the tick in server time so batch times are exact.
-    pub async fn run_ticker(self: Arc<Self>, shutdown: CancellationToken) {
-        let tick = self.settings.tick;
-        let Ok(tick_ms) = u64::try_from(tick.as_millis()) else {
-            return;
-        };
-        if tick_ms == 0 {
-            return;
-        }
-        let now_ms = self.clock.now_ms();
-        let first = self.clock.instant_at(now_ms - now_ms % tick_ms + tick_ms);
-        let mut interval = tokio::time::interval_at(first, tick);
-        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
-        loop {
-            tokio::select! {
-                () = shutdown.cancelled() => return,
-                at = interval.tick() => {
-                    let now_ms = self.tick_time_ms(at, tick_ms);
-                    fan_out(|| self.flush_all(now_ms)).await;
-                }
-            }
-        }
-    }
-
-    /// The server time of the tick scheduled at `at`, on the tick grid.
-    fn tick_time_ms(&self, at: Instant, tick_ms: u64) -> u64 {
-        let ms = self.clock.ms_at(at);
-        // Round to the nearest multiple: `at` is on the grid up to the
-        // millisecond truncation of the clock origin.
-        (ms + tick_ms / 2) / tick_ms * tick_ms
-    }
-
     /// Stops new joins and quiets leave notices; connections then close.
     pub fn begin_shutdown(&self) {
         self.shutting_down.store(true, Ordering::Relaxed);
@@ -626,6 +558,8 @@ impl Drop for Membership {
         }
     }
 }
+
+mod tick;
 
 #[cfg(test)]
 mod tests;

@@ -4,6 +4,7 @@ use super::*;
 use crate::protocol::{decode_motion, pb::ServerMessage};
 use prost::Message as _;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 
 /// A member's sink without a socket: it holds `capacity` frames, then drops
 /// room frames until the next snapshot, as a full socket would.
@@ -67,6 +68,7 @@ fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
     Rooms::new(
         RoomSettings {
             tick: Duration::from_millis(tick_ms),
+            tick_workers: 0,
             motion_time_unit_ms: 100,
             capacity,
             spawn: Position { x: 10, y: 10 },
@@ -285,7 +287,7 @@ async fn one_batch_per_tick_with_the_newest_move_of_each_member() {
     a.submit(at(1)).await;
     b.submit(at(2)).await;
     a.submit(at(3)).await;
-    rooms.flush_all(1_000_000);
+    rooms.tick(1_000_000).await;
     let batch = next(&watcher).await;
     let (time, records) = decode_motion(&batch.motion).expect("batch");
     assert_eq!(time, (1_000_000 / 100 % 128) as u32);
@@ -305,7 +307,7 @@ async fn one_batch_per_tick_with_the_newest_move_of_each_member() {
     assert_eq!(rooms.metrics.moves_coalesced.get(), 1);
     assert_eq!(rooms.metrics.moves_applied.get(), 2);
     // Nothing pending: no frame on the next tick.
-    rooms.flush_all(1_000_100);
+    rooms.tick(1_000_100).await;
     assert!(watcher.is_empty());
 }
 
@@ -334,7 +336,7 @@ async fn a_lagging_member_resyncs_from_a_fresh_snapshot() {
     let (a, _) = join(&rooms, "r", "a").await;
     for i in 0..40 {
         a.submit(at(i)).await;
-        rooms.flush_all(1_000 + u64::from(i) * 100);
+        rooms.tick(1_000 + u64::from(i) * 100).await;
     }
     assert!(inbox.lagged.load(Ordering::Relaxed));
     slow.resync().await;
@@ -351,7 +353,7 @@ async fn a_lagging_member_resyncs_from_a_fresh_snapshot() {
     assert_eq!(a_now.position, Some(pb::Position { x: 39, y: 0 }));
     // Room frames flow again after the snapshot.
     a.submit(at(99)).await;
-    rooms.flush_all(10_000);
+    rooms.tick(10_000).await;
     let (_, records) = decode_motion(&next(&inbox).await.motion).expect("batch");
     assert_eq!(records[0].motion, at(99));
 }
@@ -379,6 +381,7 @@ async fn the_ticker_flushes_on_the_tick_grid() {
 fn spawn_points_are_spread_and_inside_the_world() {
     let settings = RoomSettings {
         tick: Duration::from_millis(100),
+        tick_workers: 0,
         motion_time_unit_ms: 100,
         capacity: 500,
         spawn: Position { x: 2_500, y: 2_500 },
@@ -394,6 +397,108 @@ fn spawn_points_are_spread_and_inside_the_world() {
         for q in &points[..i] {
             let d = (f64::from(p.x) - f64::from(q.x)).hypot(f64::from(p.y) - f64::from(q.y));
             assert!(d > 30.0, "members {i} and another {d} cm apart");
+        }
+    }
+}
+
+/// Rooms whose tick is shared out over `tick_workers` tasks.
+fn sharded_rooms(tick_workers: usize) -> Arc<Rooms> {
+    Rooms::new(
+        RoomSettings {
+            tick_workers,
+            ..rooms(10, 100).settings.clone()
+        },
+        Clock::start(),
+        Arc::new(Metrics::default()),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sharded_tick_sends_each_member_one_batch_with_every_move_of_its_room() {
+    // More tasks than threads and rooms that do not divide evenly.
+    let rooms = sharded_rooms(3);
+    let mut members = Vec::new();
+    for r in 0..7 {
+        let room = format!("room-{r}");
+        let mut inboxes = Vec::new();
+        for m in 0..4 {
+            inboxes.push(join(&rooms, &room, &format!("m{m}")).await);
+        }
+        members.push(inboxes);
+    }
+    // Welcome and the later Joined frames.
+    for room in &members {
+        for (m, (_, inbox)) in room.iter().enumerate() {
+            for _ in 0..room.len() - m {
+                next(inbox).await;
+            }
+            assert!(inbox.is_empty());
+        }
+    }
+    for tick in 1..=3u32 {
+        for (r, room) in members.iter().enumerate() {
+            for (m, (member, _)) in room.iter().enumerate() {
+                member
+                    .submit(at(tick * 1_000 + 10 * r as u32 + m as u32))
+                    .await;
+            }
+        }
+        rooms.tick(u64::from(tick) * 100).await;
+        for (r, room) in members.iter().enumerate() {
+            let expected: Vec<_> = room
+                .iter()
+                .enumerate()
+                .map(|(m, (member, _))| MotionRecord {
+                    member: member.id(),
+                    motion: at(tick * 1_000 + 10 * r as u32 + m as u32),
+                })
+                .collect();
+            for (_, inbox) in room {
+                let (time, records) = decode_motion(&next(inbox).await.motion).expect("batch");
+                assert_eq!(time, tick);
+                assert_eq!(records, expected, "room {r}, tick {tick}");
+                assert!(inbox.is_empty(), "one frame per member per tick");
+            }
+        }
+        assert_eq!(rooms.metrics.batches.get(), u64::from(tick) * 7);
+    }
+    assert_eq!(rooms.metrics.moves_applied.get(), 3 * 7 * 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_room_sharded_visits_every_room_once_whatever_the_worker_count() {
+    let rooms = sharded_rooms(1);
+    let mut held = Vec::new();
+    for r in 0..5 {
+        held.push(join(&rooms, &format!("room-{r}"), "m").await);
+    }
+    for workers in 1..=8 {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let visits = Arc::clone(&seen);
+        rooms
+            .each_room_sharded(workers, move |_, room| {
+                visits.lock().expect("visits").push(room.name().to_owned());
+            })
+            .await;
+        let mut seen = seen.lock().expect("visits").clone();
+        seen.sort();
+        let all: Vec<_> = (0..5).map(|r| format!("room-{r}")).collect();
+        assert_eq!(seen, all, "{workers} workers");
+    }
+}
+
+#[test]
+fn shards_cover_every_room_once_and_differ_by_at_most_one() {
+    for len in 0..20 {
+        for shards in 1..8 {
+            let cut: Vec<_> = (0..shards).map(|i| tick::shard(len, shards, i)).collect();
+            assert_eq!(cut[0].start, 0);
+            assert_eq!(cut[shards - 1].end, len);
+            for pair in cut.windows(2) {
+                assert_eq!(pair[0].end, pair[1].start);
+            }
+            let (min, max) = (len / shards, len.div_ceil(shards));
+            assert!(cut.iter().all(|r| (min..=max).contains(&r.len())));
         }
     }
 }

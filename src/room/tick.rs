@@ -1,0 +1,167 @@
+//! The rooms' tick: every `tick`, each room's pending moves go out as one
+//! motion batch.
+//!
+//! A tick shares the rooms out over `tick_workers` tasks, which the runtime
+//! runs on its worker threads, so a node writes its batches from every core
+//! rather than from the ticker's alone. Each room is handled by exactly one
+//! task per tick, and a tick ends when every task has, so ticks never
+//! overlap and a room's frames stay in order.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use tokio::task::JoinSet;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::{Room, Rooms, State, fan_out};
+use crate::protocol::{MotionRecord, encode_motion, motion_time};
+
+impl Rooms {
+    /// Runs one tick at server time `now_ms`: applies every room's pending
+    /// moves and publishes one batch per room that had any, the rooms shared
+    /// out over the configured tick workers
+    /// ([`RoomSettings::tick_workers`](super::RoomSettings::tick_workers)).
+    /// Returns when every batch is written. The ticker of
+    /// [`run_ticker`](Self::run_ticker) calls it; call it directly to drive
+    /// rooms without a ticker (benchmarks).
+    pub async fn tick(self: &Arc<Self>, now_ms: u64) {
+        self.tick_sharded(self.tick_workers(), now_ms).await;
+    }
+
+    async fn tick_sharded(self: &Arc<Self>, workers: usize, now_ms: u64) {
+        // One scratch buffer per task, reused across its rooms.
+        let mut records = Vec::new();
+        self.each_room_sharded(workers, move |rooms, room| {
+            rooms.flush(room, now_ms, &mut records);
+        })
+        .await;
+    }
+
+    /// Calls `f` once for every room, the rooms cut into `workers` balanced
+    /// shards, each run by a task of its own (a clone of `f` each), outside
+    /// the cooperative budget ([`fan_out`]). Returns when every shard is
+    /// done; with one worker, or at most one room, it runs them in order
+    /// in the calling task and spawns nothing. `f` takes room locks (never
+    /// the map's) and must not block.
+    pub(super) async fn each_room_sharded<F>(self: &Arc<Self>, workers: usize, mut f: F)
+    where
+        F: FnMut(&Self, &Room) + Clone + Send + 'static,
+    {
+        // Collect first: a room lock is never taken under a map guard.
+        let rooms: Vec<Arc<Room>> = self.map.iter().map(|r| Arc::clone(r.value())).collect();
+        let shards = workers.min(rooms.len());
+        if shards <= 1 {
+            fan_out(|| {
+                for room in &rooms {
+                    f(self, room);
+                }
+            })
+            .await;
+            return;
+        }
+        let rooms: Arc<[Arc<Room>]> = rooms.into();
+        // Every shard is spawned, the ticker's share included, and the
+        // ticker only waits: a task spawned from a worker thread goes into
+        // that worker's LIFO slot, which other workers cannot steal from, so
+        // the last task spawned runs where the ticker runs, after it yields.
+        let mut tasks = JoinSet::new();
+        for i in 0..shards {
+            let (this, rooms, mut f) = (Arc::clone(self), Arc::clone(&rooms), f.clone());
+            let range = shard(rooms.len(), shards, i);
+            tasks.spawn(fan_out(move || {
+                for room in &rooms[range] {
+                    f(&this, room);
+                }
+            }));
+        }
+        let mut panic = None;
+        while let Some(done) = tasks.join_next().await {
+            if let Err(err) = done
+                && err.is_panic()
+            {
+                panic.get_or_insert(err.into_panic());
+            }
+        }
+        // As if it had happened in the ticker's own loop.
+        if let Some(panic) = panic {
+            std::panic::resume_unwind(panic);
+        }
+    }
+
+    /// The number of tasks a tick uses: the setting, or the runtime's
+    /// worker threads when it is 0 (one outside a runtime).
+    fn tick_workers(&self) -> usize {
+        match self.settings.tick_workers {
+            0 => tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers()),
+            n => n,
+        }
+        .max(1)
+    }
+
+    fn flush(&self, room: &Room, now_ms: u64, records: &mut Vec<MotionRecord>) {
+        let mut st = room.state();
+        if st.dirty.is_empty() {
+            return;
+        }
+        records.clear();
+        let State { members, dirty, .. } = &mut *st;
+        for id in dirty.drain(..) {
+            if let Some(m) = members.get_mut(&id)
+                && let Some(motion) = m.pending.take()
+            {
+                m.motion = motion;
+                m.moved_at_ms = now_ms;
+                records.push(MotionRecord { member: id, motion });
+            }
+        }
+        if records.is_empty() {
+            return;
+        }
+        let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
+        room.publish(st, &encode_motion(time, records), &self.metrics);
+        self.metrics.moves_applied.inc_by(records.len() as u64);
+        self.metrics.batches.inc();
+    }
+
+    /// Runs the room ticks until `shutdown`: every `tick`, aligned to
+    /// multiples of the tick in server time so batch times are exact. A
+    /// tick in progress finishes (its tasks included) before it returns.
+    pub async fn run_ticker(self: Arc<Self>, shutdown: CancellationToken) {
+        let tick = self.settings.tick;
+        let Ok(tick_ms) = u64::try_from(tick.as_millis()) else {
+            return;
+        };
+        if tick_ms == 0 {
+            return;
+        }
+        let workers = self.tick_workers();
+        let now_ms = self.clock.now_ms();
+        let first = self.clock.instant_at(now_ms - now_ms % tick_ms + tick_ms);
+        let mut interval = tokio::time::interval_at(first, tick);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                at = interval.tick() => {
+                    let now_ms = self.tick_time_ms(at, tick_ms);
+                    self.tick_sharded(workers, now_ms).await;
+                }
+            }
+        }
+    }
+
+    /// The server time of the tick scheduled at `at`, on the tick grid.
+    fn tick_time_ms(&self, at: Instant, tick_ms: u64) -> u64 {
+        let ms = self.clock.ms_at(at);
+        // Round to the nearest multiple: `at` is on the grid up to the
+        // millisecond truncation of the clock origin.
+        (ms + tick_ms / 2) / tick_ms * tick_ms
+    }
+}
+
+/// Shard `i` of `len` items cut into `shards` parts whose sizes differ by
+/// at most one.
+pub(super) fn shard(len: usize, shards: usize, i: usize) -> Range<usize> {
+    len * i / shards..len * (i + 1) / shards
+}
