@@ -70,6 +70,52 @@ async fn many_movers_in_one_tick_make_one_frame() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_tick_shared_out_over_several_tasks_sends_each_member_one_frame() {
+    let server = TestServer::with(config(|c| c.tick_workers = 3)).await;
+    let mut rooms = Vec::new();
+    for r in 0..4 {
+        let mut members = Vec::new();
+        for m in 0..3 {
+            let (client, w) = server.joined(&format!("r{r}"), &format!("m{m}")).await;
+            members.push((client, MemberId(w.member_id)));
+        }
+        rooms.push(members);
+    }
+    for members in &mut rooms {
+        // Each member but the last sees the later ones join.
+        for m in 0..members.len() {
+            for _ in m + 1..members.len() {
+                members[m]
+                    .0
+                    .until(|msg| matches!(msg.body, Some(S::Joined(_))).then_some(()))
+                    .await;
+            }
+        }
+    }
+    // Paused time: every move lands in the same tick.
+    for (r, members) in rooms.iter_mut().enumerate() {
+        for (m, (client, _)) in members.iter_mut().enumerate() {
+            client.send_move(100 * r as u32 + m as u32, 7, 1).await;
+        }
+    }
+    for (r, members) in rooms.iter_mut().enumerate() {
+        let ids: Vec<_> = members.iter().map(|(_, id)| *id).collect();
+        for (client, _) in members.iter_mut() {
+            let records = client.next_motion().await;
+            let got: Vec<_> = records
+                .iter()
+                .map(|rec| (rec.member, rec.motion.position.x))
+                .collect();
+            let want: Vec<_> = (0..ids.len())
+                .map(|m| (ids[m], 100 * r as u32 + m as u32))
+                .collect();
+            assert_eq!(got, want, "room r{r}: one frame with every move");
+        }
+    }
+    assert_eq!(server.metric("amble_motion_batches_total").await, 4.0);
+}
+
+#[tokio::test(start_paused = true)]
 async fn the_throttle_keeps_the_newest_move() {
     let server = TestServer::with(config(|c| {
         c.move_interval_ms = 1_000;
