@@ -1,6 +1,8 @@
 # amble: the server (and the load tester) in a small Debian image.
 #   docker build -t amble .
 #   docker run --rm -p 3000:3000 amble
+#   docker run --rm -p 3001:3000 -e AMBLE_NATS=nats://HOST:4222 -e AMBLE_NODE_NAME=amble-2 amble
+#                                       # a cluster node (docker-compose.yml runs two)
 #
 # Dependencies are built in a layer of their own (cargo-chef): editing a source
 # file rebuilds only amble and loadtest, not every crate they use.
