@@ -280,10 +280,35 @@ function defaultUrl() {
   return `${loc.protocol === 'https:' ? 'wss' : 'ws'}://${loc.host}/ws`;
 }
 
+/**
+ * The server URLs from `options.url` (a string, or an array of them) or
+ * `options.urls` (an array): a non-empty list of non-empty strings.
+ */
+function serverUrls(options) {
+  if (options.url !== undefined && options.urls !== undefined) {
+    throw new TypeError('give options.url or options.urls, not both');
+  }
+  const given = options.urls ?? options.url;
+  if (given === undefined || given === null) return [defaultUrl()];
+  const list = typeof given === 'string' ? [given] : given;
+  if (!Array.isArray(list) || list.length === 0) {
+    throw new TypeError('options.url must be a URL string or a non-empty array of them');
+  }
+  for (const u of list) {
+    if (typeof u !== 'string' || u === '') throw new TypeError(`not a server URL: ${JSON.stringify(u)}`);
+  }
+  return Object.freeze([...list]);
+}
+
 // ------------------------------------------------------------------ client
 
 /**
  * One connection to an amble server, in at most one room at a time.
+ *
+ * `options.url` may list several servers (the nodes of a cluster, which
+ * share rooms): the first is tried first, and each reconnect tries the
+ * next one in turn, so a page whose server went away rejoins through
+ * another.
  *
  * Events (`client.on(type, fn)` returns a function that unsubscribes):
  * - `state` (state, previous)
@@ -295,11 +320,13 @@ function defaultUrl() {
  * - `resync` (members) — the member list was replaced by a snapshot
  * - `pong` (rttMs)
  * - `error` ({ code, message, text, refused }) — Error from the server
- * - `closed` ({ code, reason, error, willReconnect, retryInMs, text })
+ * - `closed` ({ code, reason, error, willReconnect, retryInMs, url, nextUrl, text })
  */
 export class AmbleClient {
   constructor(options = {}) {
-    this.url = options.url ?? defaultUrl();
+    /** The servers to connect to, in order; `url` is the one in use (or tried next). */
+    this.urls = serverUrls(options);
+    this.urlIndex = 0;
     this.WebSocket = options.WebSocket ?? globalThis.WebSocket;
     this.now = options.now ?? (() => performance.now());
     this.random = options.random ?? Math.random;
@@ -381,6 +408,17 @@ export class AmbleClient {
     this.lastFreeMoveAt = -Infinity;
     this.chatTokens = 0;
     this.chatTokensAt = 0;
+  }
+
+  /** The server URL in use, or the one the next attempt goes to. */
+  get url() {
+    return this.urls[this.urlIndex];
+  }
+
+  /** Replaces the server list with this one URL (from the next connection on). */
+  set url(value) {
+    this.urls = serverUrls({ url: value });
+    this.urlIndex = 0;
   }
 
   // -------------------------------------------------------------- events
@@ -487,7 +525,16 @@ export class AmbleClient {
       }
     }
     this.clearRoom();
-    this.lastClose = { code: 1000, reason: 'closed by the client', error: null, willReconnect: false, retryInMs: null, text: 'Disconnected.' };
+    this.lastClose = {
+      code: 1000,
+      reason: 'closed by the client',
+      error: null,
+      willReconnect: false,
+      retryInMs: null,
+      url: ws ? this.url : null,
+      nextUrl: null,
+      text: 'Disconnected.',
+    };
     this.setState(State.CLOSED);
     this.emit('closed', this.lastClose);
   }
@@ -537,12 +584,18 @@ export class AmbleClient {
       !NO_RETRY_CLOSE_CODES.has(code) &&
       !(error && NO_RETRY_ERRORS.has(error.code));
     const retryInMs = retry ? backoffDelay(this.attempt, this.reconnect, this.random) : null;
+    const url = this.url;
+    // Each retry goes to the next server in the list (the same one when there is one).
+    if (retry) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
     this.lastClose = {
       code,
       reason: ev.reason ?? '',
       error,
       willReconnect: retry,
       retryInMs,
+      /** The server this connection was to, and the one the retry goes to (null: none). */
+      url,
+      nextUrl: retry ? this.url : null,
       /** False when the socket never opened: the server could not be reached. */
       opened: this.wsOpened,
       text: closeText(code, error, retryInMs, this.wsOpened),

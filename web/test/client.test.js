@@ -731,3 +731,75 @@ test('with a token the name may be left to its name claim', () => {
   assert.throws(() => setup({ token: 42 }), TypeError);
   assert.throws(() => setup({ getToken: 'nope' }), TypeError);
 });
+
+test('one url: every reconnect goes back to it, as before (a string or a list of one)', () => {
+  for (const url of ['ws://a/ws', ['ws://a/ws']]) {
+    const { client, last, sockets, time, of } = joined({ url });
+    assert.deepEqual(client.urls, ['ws://a/ws']);
+    assert.equal(client.url, 'ws://a/ws');
+    for (let i = 0; i < 3; i++) {
+      last().drop(1006);
+      time.advance(time.pending()[0]);
+    }
+    assert.deepEqual(sockets.map((ws) => ws.url), ['ws://a/ws', 'ws://a/ws', 'ws://a/ws', 'ws://a/ws']);
+    assert.deepEqual(of('closed').map((e) => [e[1].url, e[1].nextUrl]), Array(3).fill(['ws://a/ws', 'ws://a/ws']));
+    // The backoff is the one-server backoff, untouched.
+    assert.deepEqual(of('closed').map((e) => e[1].retryInMs), [375, 750, 1500]);
+  }
+});
+
+test('several urls: a dropped connection reconnects through the next one, in turn, with the same backoff', () => {
+  const urls = ['ws://n1/ws', 'ws://n2/ws', 'ws://n3/ws'];
+  const { client, last, sockets, time, of } = joined({ url: urls });
+  assert.equal(sockets[0].url, 'ws://n1/ws', 'the first one first');
+  client.moveTo(1234, 2345);
+  // Node 1 is killed: the page goes to node 2, which is down too, then to node 3.
+  last().drop(1006);
+  assert.equal(client.state, State.RECONNECTING);
+  assert.equal(client.url, 'ws://n2/ws');
+  time.advance(time.pending()[0]);
+  last().drop(1006); // node 2 unreachable: never opened
+  time.advance(time.pending()[0]);
+  assert.deepEqual(sockets.map((ws) => ws.url), urls);
+  assert.deepEqual(of('closed').map((e) => [e[1].url, e[1].nextUrl, e[1].retryInMs]), [
+    ['ws://n1/ws', 'ws://n2/ws', 375],
+    ['ws://n2/ws', 'ws://n3/ws', 750],
+  ]);
+  // Node 3 answers: the page rejoins the same room where it was.
+  last().open();
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '' }]);
+  last().receive(welcome(7, [wire(0, 'Ada', 100, 100), wire(7, 'Me', 2500, 2500)]));
+  assert.equal(client.state, State.JOINED);
+  assert.equal(of('welcome')[1][1].rejoined, true);
+  assert.deepEqual(last().sentOf('move')[0].position, { x: 1234, y: 2345 });
+  // Node 3 goes too: after the last comes the first again, and the backoff started over.
+  last().drop(1001);
+  assert.equal(client.url, 'ws://n1/ws');
+  assert.deepEqual(time.pending().slice(-1), [375]);
+  time.advance(375);
+  assert.equal(last().url, 'ws://n1/ws');
+});
+
+test('several urls as options.urls; a close not retried stays on its server', () => {
+  const { client, last, sockets, time, of } = joined({ url: undefined, urls: ['ws://n1/ws', 'ws://n2/ws'] });
+  assert.equal(sockets[0].url, 'ws://n1/ws');
+  last().receive({ error: { code: ErrorCode.FLOOD, message: 'flood' } });
+  last().drop(1008);
+  assert.equal(client.state, State.CLOSED);
+  assert.equal(client.url, 'ws://n1/ws');
+  assert.equal(of('closed')[0][1].nextUrl, null);
+  time.advance(60_000);
+  assert.equal(sockets.length, 1);
+});
+
+test('url lists are checked: not empty, strings only, not both url and urls', () => {
+  const base = { WebSocket: class {}, now: () => 0 };
+  assert.throws(() => new AmbleClient({ ...base, url: [] }), TypeError);
+  assert.throws(() => new AmbleClient({ ...base, url: ['ws://a/ws', ''] }), TypeError);
+  assert.throws(() => new AmbleClient({ ...base, url: ['ws://a/ws', 3] }), TypeError);
+  assert.throws(() => new AmbleClient({ ...base, urls: 'ws://a/ws,ws://b/ws'.split(','), url: 'ws://a/ws' }), TypeError);
+  const client = new AmbleClient({ ...base, urls: ['ws://a/ws', 'ws://b/ws'] });
+  assert.ok(Object.isFrozen(client.urls));
+  client.url = 'ws://c/ws';
+  assert.deepEqual(client.urls, ['ws://c/ws']);
+});
