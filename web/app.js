@@ -4,9 +4,9 @@
 //
 // window.ambleDemo is a read-only hook for tests: what the page renders.
 
-import { AmbleClient, ErrorCode, LeaveReason, State, nameProblem, roomProblem } from './amble.js';
+import { AmbleClient, ErrorCode, State, nameProblem, roomProblem } from './amble.js';
 import { FloorView, avatarSprite, bubbleSprite, distinctColour, labelSprite } from './view.js';
-import { ReturnFilter, inSeconds, keyBelongsTo, roomStatus, titleFor } from './ui.js';
+import { ReturnFilter, inSeconds, keyBelongsTo, leftVerb, roomStatus, serverUrls, titleFor } from './ui.js';
 
 const MOVE_SPEED_CM_S = 300; // free movement with the keys
 const WALK_SPEED_CM_S = 300; // click-to-move
@@ -66,7 +66,8 @@ const ui = {
   chatStatus: $('chat-status'),
 };
 
-const client = new AmbleClient({ walkSpeed: WALK_SPEED_CM_S });
+// This server, then the other cluster nodes a `?nodes=3000,3001` names: a reconnect tries the next.
+const client = new AmbleClient({ walkSpeed: WALK_SPEED_CM_S, url: serverUrls(location) });
 const view = new FloorView(ui.canvas);
 
 // ------------------------------------------------------------ the members
@@ -414,7 +415,7 @@ client.on('left', (m, reason) => {
   const name = shownName(byId.get(m.id), m.name);
   removeEntry(m.id);
   peopleDirty = true;
-  queueNotice(reason === LeaveReason.TIMED_OUT ? 'timed out' : 'left', name);
+  queueNotice(leftVerb(reason), name);
 });
 
 client.on('resync', () => syncEntries());

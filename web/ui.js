@@ -1,6 +1,48 @@
 // Small pure pieces of the demo's behaviour (app.js), apart so that Node's
 // test runner can check them without a browser.
 
+import { LeaveReason } from './codec.js';
+
+/** `LeaveReason.SERVER_LOST`: in a cluster, the member's node stopped or was lost. */
+const SERVER_LOST = LeaveReason.SERVER_LOST ?? 7;
+
+/** What the notice says of someone who left for `reason` (a LeaveReason): "Ada timed out." */
+export function leftVerb(reason) {
+  switch (reason) {
+    case LeaveReason.TIMED_OUT:
+      return 'timed out';
+    case SERVER_LOST:
+      return 'lost their server';
+    default:
+      return 'left';
+  }
+}
+
+/**
+ * The servers the demo connects to, from the page's `location`: its own
+ * server first, then the other nodes of a cluster that the page's
+ * `?nodes=` parameter names as ports on the same host
+ * (`http://localhost:3000/?nodes=3000,3001`), so that when a node goes the
+ * page rejoins through another. Ports only: a link cannot send the page to
+ * another host. Entries that are not ports are left out.
+ */
+export function serverUrls(location) {
+  const scheme = location.protocol === 'https:' ? 'wss' : 'ws';
+  const ownPort = location.port || (location.protocol === 'https:' ? '443' : '80');
+  const urls = [`${scheme}://${location.host}/ws`];
+  const seen = new Set([ownPort]);
+  const nodes = new URLSearchParams(location.search ?? '').get('nodes') ?? '';
+  for (const entry of nodes.split(',')) {
+    const port = entry.trim();
+    if (!/^[0-9]{1,5}$/.test(port) || Number(port) < 1 || Number(port) > 65535) continue;
+    const canonical = String(Number(port));
+    if (seen.has(canonical)) continue;
+    seen.add(canonical);
+    urls.push(`${scheme}://${location.hostname}:${canonical}/ws`);
+  }
+  return urls;
+}
+
 /** The page title: the room, and how many chat messages came while you were away. */
 export function titleFor(room, unread) {
   if (!room) return 'amble';

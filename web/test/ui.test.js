@@ -5,7 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-import { ReturnFilter, contrast, inSeconds, keyBelongsTo, roomStatus, titleFor } from '../ui.js';
+import { LeaveReason } from '../codec.js';
+import { ReturnFilter, contrast, inSeconds, keyBelongsTo, leftVerb, roomStatus, serverUrls, titleFor } from '../ui.js';
 import { LabelGrid, PALETTE, colourDistance, colourFor, distinctColour, edgePoint, ellipsize, initial } from '../view.js';
 
 const el = (tagName, { type, role, editable } = {}) => ({
@@ -195,4 +196,34 @@ test('the phone layout keeps the walk hint (item 9)', () => {
   const phone = media('(max-width: 760px)');
   assert.doesNotMatch(phone, /\.hint \{[^}]*display: none/);
   assert.match(rule('.hint', phone), /bottom: 8px/);
+});
+
+test('a member whose server went away is said to have lost it; other reasons keep their words', () => {
+  assert.equal(leftVerb(7), 'lost their server', 'LEAVE_REASON_SERVER_LOST');
+  if (LeaveReason.SERVER_LOST !== undefined) assert.equal(LeaveReason.SERVER_LOST, 7);
+  assert.equal(leftVerb(LeaveReason.TIMED_OUT), 'timed out');
+  for (const reason of [LeaveReason.LEFT, LeaveReason.DISCONNECTED, LeaveReason.KICKED, LeaveReason.SHUTDOWN, LeaveReason.REPLACED, 0, 99]) {
+    assert.equal(leftVerb(reason), 'left', `reason ${reason}`);
+  }
+});
+
+const at = (href) => {
+  const u = new URL(href);
+  return { protocol: u.protocol, host: u.host, hostname: u.hostname, port: u.port, search: u.search };
+};
+
+test('the demo connects to its own server, then to the cluster nodes ?nodes= names on the same host', () => {
+  assert.deepEqual(serverUrls(at('http://localhost:3000/')), ['ws://localhost:3000/ws'], 'no list: this server only');
+  assert.deepEqual(serverUrls(at('http://localhost:3000/?nodes=3000,3001')), ['ws://localhost:3000/ws', 'ws://localhost:3001/ws']);
+  assert.deepEqual(serverUrls(at('http://localhost:3001/?nodes=3000,3001')), ['ws://localhost:3001/ws', 'ws://localhost:3000/ws']);
+  assert.deepEqual(serverUrls(at('https://amble.example.com/?nodes=443,8443,8443')), [
+    'wss://amble.example.com/ws',
+    'wss://amble.example.com:8443/ws',
+  ]);
+  assert.deepEqual(serverUrls(at('http://[::1]:3000/?nodes=3001')), ['ws://[::1]:3000/ws', 'ws://[::1]:3001/ws']);
+  // Ports only: anything else (another host, a path, nonsense) is left out.
+  assert.deepEqual(serverUrls(at('http://localhost:3000/?nodes=evil.example:3001,3002/x,0,65536,-1,,%203003%20')), [
+    'ws://localhost:3000/ws',
+    'ws://localhost:3003/ws',
+  ]);
 });
