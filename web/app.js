@@ -415,7 +415,9 @@ client.on('left', (m, reason) => {
   const name = shownName(byId.get(m.id), m.name);
   removeEntry(m.id);
   peopleDirty = true;
-  queueNotice(leftVerb(reason), name);
+  const present = [...client.members.values()].map((other) => other.name);
+  const verb = leftVerb(reason, m.name, present);
+  if (verb) queueNotice(verb, name);
 });
 
 client.on('resync', () => syncEntries());

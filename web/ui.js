@@ -6,12 +6,19 @@ import { LeaveReason } from './codec.js';
 /** `LeaveReason.SERVER_LOST`: in a cluster, the member's node stopped or was lost. */
 const SERVER_LOST = LeaveReason.SERVER_LOST ?? 7;
 
-/** What the notice says of someone who left for `reason` (a LeaveReason): "Ada timed out." */
-export function leftVerb(reason) {
+/**
+ * What the notice says of `name`, who left for `reason` (a LeaveReason):
+ * "Ada timed out." Null for nothing: when a node goes, its people's pages
+ * rejoin through another node at once, while the node is noticed gone only
+ * seconds later; someone of that name already back did not go anywhere.
+ * `present` is the names of the people still in the room.
+ */
+export function leftVerb(reason, name = null, present = []) {
   switch (reason) {
     case LeaveReason.TIMED_OUT:
       return 'timed out';
     case SERVER_LOST:
+      for (const n of present) if (n === name) return null;
       return 'lost their server';
     default:
       return 'left';

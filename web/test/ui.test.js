@@ -205,6 +205,10 @@ test('a member whose server went away is said to have lost it; other reasons kee
   for (const reason of [LeaveReason.LEFT, LeaveReason.DISCONNECTED, LeaveReason.KICKED, LeaveReason.SHUTDOWN, LeaveReason.REPLACED, 0, 99]) {
     assert.equal(leftVerb(reason), 'left', `reason ${reason}`);
   }
+  // Ada's page came back through another node before hers was noticed gone: nothing to say.
+  assert.equal(leftVerb(7, 'Ada', ['Bo', 'Ada']), null);
+  assert.equal(leftVerb(7, 'Ada', ['Bo']), 'lost their server');
+  assert.equal(leftVerb(LeaveReason.LEFT, 'Ada', ['Ada']), 'left', 'only a lost server is taken back');
 });
 
 const at = (href) => {
