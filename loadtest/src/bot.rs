@@ -17,7 +17,7 @@ use prost::Message as _;
 use tokio::time::{sleep_until, timeout};
 use tokio_tungstenite::tungstenite::Message;
 
-use crate::ledger::{Board, FrameTally, Ledger, Seen, Sent, Trail};
+use crate::ledger::{FrameTally, Ledger, Seen, Sent, Trail};
 use crate::opts::Movement;
 use crate::plan::{Plan, Schedule, unix_ms};
 use crate::stats::{AtomicCounts, ErrorKind, Shard, Stats};
@@ -41,8 +41,12 @@ pub struct Run {
     pub schedule: Schedule,
     pub addr: SocketAddr,
     pub stats: Stats,
-    /// One per local room, indexed from `plan.room_range.start`.
-    pub boards: Vec<Board>,
+    /// One per local bot, indexed from `plan.local_bot_range().start`: the
+    /// other bots of its room find it by its name.
+    trails: Vec<Arc<Trail>>,
+    /// Sessions whose expected deliveries are not yet counted: the tally is
+    /// read once they are.
+    unsettled: tokio::sync::watch::Sender<u64>,
     /// Set when the run ends before its schedule does (interrupted, or
     /// every bot gone): the bots close now.
     halt: tokio::sync::watch::Sender<bool>,
@@ -50,15 +54,30 @@ pub struct Run {
 
 impl Run {
     pub fn new(plan: Plan, schedule: Schedule, addr: SocketAddr) -> Self {
-        let boards = plan.room_range.clone().map(|_| Board::default()).collect();
+        let trails = plan.local_bot_range().map(|_| Arc::default()).collect();
         Self {
             plan,
             schedule,
             addr,
             stats: Stats::default(),
-            boards,
+            trails,
+            unsettled: tokio::sync::watch::channel(0).0,
             halt: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// The trail of bot `index` (global), if this process runs it.
+    fn trail_of(&self, index: u32) -> Option<&Arc<Trail>> {
+        let first = self.plan.local_bot_range().start;
+        self.trails
+            .get(usize::try_from(index.checked_sub(first)?).ok()?)
+    }
+
+    /// Resolves once every session that began has counted its expected
+    /// deliveries (they do when they end), or after `limit`.
+    pub async fn settled(&self, limit: std::time::Duration) {
+        let mut rx = self.unsettled.subscribe();
+        let _ = tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await;
     }
 
     /// Tells every bot to close now.
@@ -278,9 +297,9 @@ pub async fn run(run: Arc<Run>, index: u32, room: u32) {
     gauges
         .ever_connected
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let board = &run.boards[(room - run.plan.room_range.start) as usize];
-    let mut session = Session::new(&run, board, index, ws, welcome);
+    let mut session = Session::new(&run, index, ws, welcome);
     let ended = session.run().await;
+    session.settle();
     gauges
         .connected
         .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
@@ -288,7 +307,6 @@ pub async fn run(run: Arc<Run>, index: u32, room: u32) {
         run.stats
             .with(|s| AtomicCounts::bump(&s.counts.disconnected, 1));
     }
-    board.unregister(session.ledger.me(), session.ledger.trail());
     session.close().await;
 }
 
@@ -337,11 +355,17 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
     }
 }
 
-/// A member as this run sees it: one of its bots, or a stranger.
-fn seen(plan: &Plan, id: u32, name: &str) -> Seen {
+/// A member as this run sees it: one of its bots (with its trail), or a
+/// stranger; and where it is shown.
+fn seen(run: &Run, member: &pb::Member) -> Seen {
     Seen {
-        id: MemberId(id),
-        bot: plan.is_bot_name(name),
+        id: MemberId(member.id),
+        bot: run
+            .plan
+            .bot_index(&member.name)
+            .and_then(|i| run.trail_of(i))
+            .cloned(),
+        motion: motion_of(member),
     }
 }
 
@@ -386,7 +410,6 @@ fn count_out(run: &Run, payload: usize) {
 /// A joined bot.
 struct Session<'a> {
     run: &'a Run,
-    board: &'a Board,
     index: u32,
     ws: Socket,
     ledger: Ledger,
@@ -409,7 +432,7 @@ enum Due {
 }
 
 impl<'a> Session<'a> {
-    fn new(run: &'a Run, board: &'a Board, index: u32, ws: Socket, welcome: pb::Welcome) -> Self {
+    fn new(run: &'a Run, index: u32, ws: Socket, welcome: pb::Welcome) -> Self {
         let plan = &run.plan;
         let limits = welcome.limits.unwrap_or_default();
         let me = MemberId(welcome.member_id);
@@ -451,12 +474,26 @@ impl<'a> Session<'a> {
         let chat_interval = plan
             .chat_interval_ms
             .map(|ms| Duration::from_millis(ms.max(u64::from(limits.chat_interval_ms))));
-        let trail = Arc::new(Trail::default());
-        board.register(me, trail.clone());
-        let ledger = Ledger::new(me, trail, members.iter().map(|m| seen(plan, m.id, &m.name)));
+        let trail = run.trail_of(index).cloned().unwrap_or_default();
+        // Where it stands before its first move: seq 0, so that no move of
+        // its first few returns there, and a snapshot showing it there is
+        // read right.
+        if let Some(motion) = members
+            .iter()
+            .find(|m| m.id == me.0)
+            .and_then(|m| motion_of(m))
+        {
+            trail.push(Sent {
+                motion,
+                seq: 0,
+                at: Instant::now(),
+                in_window: false,
+            });
+        }
+        let ledger = Ledger::new(me, trail, members.iter().map(|m| seen(run, m)));
+        run.unsettled.send_modify(|n| *n += 1);
         Self {
             run,
-            board,
             index,
             ws,
             ledger,
@@ -644,10 +681,7 @@ impl<'a> Session<'a> {
         let decoded = self.msg.merge(&bytes[..]).is_ok();
         if decoded && !self.msg.motion.is_empty() {
             match protocol::decode_motion(&self.msg.motion) {
-                Ok((_time, records)) => {
-                    self.ledger
-                        .motion(&records, now, self.board, &mut self.tally)
-                }
+                Ok((_time, records)) => self.ledger.motion(&records, now, &mut self.tally),
                 Err(_) => server_error = Some(None),
             }
         } else if decoded {
@@ -655,7 +689,7 @@ impl<'a> Session<'a> {
             match self.msg.body.take() {
                 Some(Body::Joined(joined)) => {
                     if let Some(m) = joined.member {
-                        self.ledger.joined(seen(&self.run.plan, m.id, &m.name));
+                        self.ledger.joined(seen(self.run, &m));
                     }
                 }
                 Some(Body::Left(left)) => self.ledger.left(MemberId(left.member_id)),
@@ -668,9 +702,9 @@ impl<'a> Session<'a> {
                         .iter()
                         .find(|m| m.id == me)
                         .and_then(motion_of);
-                    let plan = &self.run.plan;
+                    let run = self.run;
                     self.ledger.resync(
-                        snapshot.members.iter().map(|m| seen(plan, m.id, &m.name)),
+                        snapshot.members.iter().map(|m| seen(run, m)),
                         mine,
                         &mut self.tally,
                     );
@@ -719,6 +753,18 @@ impl<'a> Session<'a> {
             }
         });
         true
+    }
+
+    /// Counts the deliveries this bot should have had, now that its session
+    /// is over (see [`Ledger::finish`]).
+    fn settle(&mut self) {
+        self.tally.clear();
+        self.ledger.finish(&mut self.tally);
+        let expected = self.tally.expected;
+        self.run
+            .stats
+            .with(|s| AtomicCounts::bump(&s.counts.updates_expected, expected));
+        self.run.unsettled.send_modify(|n| *n = n.saturating_sub(1));
     }
 
     /// Closes the socket, bounded.

@@ -272,6 +272,9 @@ pub async fn engine(
         on_early_end();
         run.halt();
     }
+    // Each bot counts the deliveries it should have had when its session
+    // ends (now): the tally is read once they all have.
+    run.settled(CLOSE_GRACE).await;
     on_status(&Status::of(&run));
     let tally = Tally {
         bots: u64::from(run.plan.local_bots()),

@@ -151,6 +151,25 @@ impl Plan {
         first..end
     }
 
+    /// The global indices of the bots this process runs (whole rooms, so
+    /// contiguous).
+    pub fn local_bot_range(&self) -> Range<u32> {
+        let first = self.bots_in_room(self.room_range.start).start;
+        let end = match self.room_range.end.checked_sub(1) {
+            Some(last) if !self.room_range.is_empty() => self.bots_in_room(last).end,
+            _ => first,
+        };
+        first..end.max(first)
+    }
+
+    /// The index of a bot of this run from its name (see [`Plan::bot_name`]).
+    pub fn bot_index(&self, name: &str) -> Option<u32> {
+        if !self.is_bot_name(name) {
+            return None;
+        }
+        name.strip_prefix("bot")?.split_once('-')?.0.parse().ok()
+    }
+
     /// Bots this process runs.
     pub fn local_bots(&self) -> u32 {
         self.room_range
@@ -389,6 +408,15 @@ mod tests {
             assert!(!p.is_bot_name(other), "{other}");
         }
         assert!(p.bot_name(199_999).len() <= 32);
+        assert_eq!(p.bot_index("bot7-t"), Some(7));
+        assert_eq!(p.bot_index("bot7-u"), None);
+        assert_eq!(p.bot_index("Alice"), None);
+        assert_eq!(p.local_bot_range(), 0..10);
+        let child = Plan {
+            room_range: 1..2,
+            ..p.clone()
+        };
+        assert_eq!(child.local_bot_range(), 5..10);
     }
 
     #[test]
