@@ -39,7 +39,8 @@ const WANDER_STEP: i64 = 100;
 pub struct Run {
     pub plan: Plan,
     pub schedule: Schedule,
-    pub addr: SocketAddr,
+    /// Each node's address, in `--url` order.
+    pub addrs: Vec<SocketAddr>,
     pub stats: Stats,
     /// One per local bot, indexed from `plan.local_bot_range().start`: the
     /// other bots of its room find it by its name.
@@ -53,12 +54,13 @@ pub struct Run {
 }
 
 impl Run {
-    pub fn new(plan: Plan, schedule: Schedule, addr: SocketAddr) -> Self {
+    /// `addrs`: each node's address, in `--url` order.
+    pub fn new(plan: Plan, schedule: Schedule, addrs: Vec<SocketAddr>) -> Self {
         let trails = plan.local_bot_range().map(|_| Arc::default()).collect();
         Self {
             plan,
             schedule,
-            addr,
+            addrs,
             stats: Stats::default(),
             trails,
             unsettled: tokio::sync::watch::channel(0).0,
@@ -317,7 +319,11 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
     let plan = &run.plan;
     let source = (!plan.source_addrs.is_empty())
         .then(|| IpAddr::V4(plan.source_addrs[index as usize % plan.source_addrs.len()]));
-    let mut ws = wire::connect(&plan.target, run.addr, source)
+    let node = plan.node_of(index);
+    let (Some(target), Some(&addr)) = (plan.targets().nth(node), run.addrs.get(node)) else {
+        return Err((ErrorKind::ConnectOther, None));
+    };
+    let mut ws = wire::connect(target, addr, source)
         .await
         .map_err(|(kind, _)| (kind, None))?;
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {

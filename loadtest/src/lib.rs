@@ -14,7 +14,7 @@
 //! - [`stats`]: per-thread counters and histograms; the mergeable tally.
 //! - [`load`]: the engine, and running it alone, as parent or as child.
 //! - [`rpc`], [`sweep`]: the other two scenarios.
-//! - [`scrape`]: the server's `/metrics`; [`usage`]: this process's CPU.
+//! - [`scrape`]: each node's `/metrics`; [`usage`]: this process's CPU.
 //! - [`limits`]: open files, raised at start; [`stop`]: Ctrl-C, SIGTERM.
 //! - [`report`], [`console`]: what is printed at the end and meanwhile.
 //!

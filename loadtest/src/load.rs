@@ -28,8 +28,8 @@ use tokio_tungstenite::tungstenite::Message;
 
 use crate::bot::{self, Run};
 use crate::console::{Console, Status};
-use crate::plan::{Plan, RoomNames, Target, unix_ms};
-use crate::report::LoadReport;
+use crate::plan::{Plan, RoomNames, Schedule, Target, unix_ms};
+use crate::report::{LoadReport, NodeUsage};
 use crate::scrape::{self, Sample, ServerUsage, Watch};
 use crate::stats::{HistogramBuckets, Tally};
 use crate::stop::Stop;
@@ -75,6 +75,11 @@ pub struct Probe {
 /// Checks the server answers, and reads its metrics before any bot
 /// connects; with `check_fresh`, warns when the server was busy or reused.
 pub async fn probe(target: &Target, check_fresh: bool) -> anyhow::Result<Probe> {
+    probe_node(target, check_fresh, false).await
+}
+
+/// [`probe`] for one node of several (`named`: its warnings name it).
+async fn probe_node(target: &Target, check_fresh: bool, named: bool) -> anyhow::Result<Probe> {
     let addr = target.resolve().await?;
     let unreachable = |cause: String| Unreachable {
         url: target.url.clone(),
@@ -96,6 +101,11 @@ pub async fn probe(target: &Target, check_fresh: bool) -> anyhow::Result<Probe> 
         Err(e) => {
             let what = format!("server metrics not available ({e:#}); no server figures");
             probe.warnings.push(what);
+        }
+    }
+    if named {
+        for w in &mut probe.warnings {
+            *w = format!("node {}: {w}", target.url);
         }
     }
     for w in &probe.warnings {
@@ -311,16 +321,72 @@ fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// Probes the server and checks the plan against it; returns the probe,
-/// the address to connect to and the warnings for the report.
-async fn prepare(plan: &Plan, ctl: &Control) -> anyhow::Result<(Probe, SocketAddr)> {
-    let probe = probe(&plan.target, ctl.check_fresh).await?;
-    let addr = plan.target.resolve().await?;
-    match server_limits(plan, addr).await {
+/// Probes every node and checks the plan against the first; returns the
+/// probes and the addresses to connect to, in `--url` order.
+async fn prepare(plan: &Plan, ctl: &Control) -> anyhow::Result<(Vec<Probe>, Vec<SocketAddr>)> {
+    let named = plan.nodes() > 1;
+    let mut probes = Vec::with_capacity(plan.nodes());
+    for target in plan.targets() {
+        probes.push(probe_node(target, ctl.check_fresh, named).await?);
+    }
+    let addrs = resolve_all(plan).await?;
+    match server_limits(plan, addrs[0]).await {
         Ok(limits) => check_capacity(plan, limits.room_capacity)?,
         Err(err) => eprintln!("warning: could not read the server's limits ({err:#})"),
     }
-    Ok((probe, addr))
+    Ok((probes, addrs))
+}
+
+/// Every node's address, in `--url` order.
+async fn resolve_all(plan: &Plan) -> anyhow::Result<Vec<SocketAddr>> {
+    let mut addrs = Vec::with_capacity(plan.nodes());
+    for target in plan.targets() {
+        addrs.push(target.resolve().await?);
+    }
+    Ok(addrs)
+}
+
+/// What reads the servers' figures over the window: each node's
+/// /metrics (a node whose /metrics did not answer before the run is not
+/// read).
+struct Watches {
+    nodes: Vec<Option<Watch>>,
+}
+
+impl Watches {
+    fn start(plan: &Plan, probes: &[Probe], schedule: Schedule) -> Self {
+        let named = plan.nodes() > 1;
+        let nodes = plan
+            .targets()
+            .zip(probes)
+            .map(|(target, probe)| {
+                probe.before.is_some().then(|| {
+                    let who = if named {
+                        format!("node {}", target.url)
+                    } else {
+                        "the server".into()
+                    };
+                    Watch::start(target.clone(), schedule, who)
+                })
+            })
+            .collect();
+        Self { nodes }
+    }
+
+    fn end_now(&self) {
+        self.nodes.iter().flatten().for_each(Watch::end_now);
+    }
+
+    async fn finish(self) -> Vec<Option<scrape::Window>> {
+        let mut windows = Vec::with_capacity(self.nodes.len());
+        for w in self.nodes {
+            windows.push(match w {
+                Some(w) => Some(w.finish().await),
+                None => None,
+            });
+        }
+        windows
+    }
 }
 
 /// Runs the whole plan in this process.
@@ -328,7 +394,7 @@ pub async fn alone(plan: Plan, ctl: &Control) -> anyhow::Result<LoadReport> {
     if let Some(files) = crate::limits::current() {
         plan.check_open_files(files)?;
     }
-    let (probe, addr) = prepare(&plan, ctl).await?;
+    let (probes, addrs) = prepare(&plan, ctl).await?;
     let schedule = plan.schedule();
     let mut console = Console::new(
         ctl.quiet,
@@ -336,48 +402,42 @@ pub async fn alone(plan: Plan, ctl: &Control) -> anyhow::Result<LoadReport> {
         u64::from(plan.local_bots()),
         ctl.status_every,
     );
-    let run = Arc::new(Run::new(plan.clone(), schedule, addr));
-    let watch = probe
-        .before
-        .is_some()
-        .then(|| Watch::start(plan.target.clone(), schedule));
-    let tally = engine(
-        run,
-        &ctl.stop,
-        |s| console.show(s),
-        || {
-            if let Some(w) = &watch {
-                w.end_now();
-            }
-        },
-    )
-    .await;
-    let window = match watch {
-        Some(w) => Some(w.finish().await),
-        None => None,
-    };
-    Ok(report(&plan, &tally, probe, window, 1))
+    let run = Arc::new(Run::new(plan.clone(), schedule, addrs));
+    let watches = Watches::start(&plan, &probes, schedule);
+    let tally = engine(run, &ctl.stop, |s| console.show(s), || watches.end_now()).await;
+    let windows = watches.finish().await;
+    Ok(report(&plan, &tally, probes, windows, 1))
 }
 
-/// The report of a load run from its merged tally and the server's window.
+/// The report of a load run from its merged tally and the servers'
+/// windows (one per node, in `--url` order).
 fn report(
     plan: &Plan,
     tally: &Tally,
-    probe: Probe,
-    window: Option<scrape::Window>,
+    probes: Vec<Probe>,
+    windows: Vec<Option<scrape::Window>>,
     processes: u32,
 ) -> LoadReport {
-    let mut warnings = probe.warnings;
-    let server = window.and_then(|w| {
-        warnings.extend(w.lost);
-        Some(ServerUsage::between(
-            probe.before.as_ref(),
-            w.start.as_ref()?,
-            w.end.as_ref()?,
-            tally.counts.updates_received,
-        ))
-    });
-    LoadReport::new(plan, tally, server, processes, warnings)
+    let mut warnings = Vec::new();
+    let mut nodes = Vec::with_capacity(probes.len());
+    for ((probe, window), target) in probes.into_iter().zip(windows).zip(plan.targets()) {
+        warnings.extend(probe.warnings);
+        let server = window.and_then(|w| {
+            warnings.extend(w.lost);
+            Some(ServerUsage::between(
+                probe.before.as_ref(),
+                w.start.as_ref()?,
+                w.end.as_ref()?,
+                tally.counts.updates_received,
+            ))
+        });
+        nodes.push(NodeUsage {
+            url: target.url.clone(),
+            server,
+        });
+    }
+    let first = nodes.first().and_then(|n| n.server.clone());
+    LoadReport::new(plan, tally, first, processes, warnings).with_nodes(nodes)
 }
 
 /// What a child prints on stdout, one JSON object a line.
@@ -395,9 +455,9 @@ pub async fn child(plan: Plan, stop: &Stop) -> anyhow::Result<()> {
     if let Some(files) = crate::limits::current() {
         plan.check_open_files(files)?;
     }
-    let addr = plan.target.resolve().await?;
+    let addrs = resolve_all(&plan).await?;
     let schedule = plan.schedule();
-    let run = Arc::new(Run::new(plan, schedule, addr));
+    let run = Arc::new(Run::new(plan, schedule, addrs));
     let mut last = None::<Instant>;
     let tally = engine(
         run,
@@ -427,7 +487,7 @@ fn print_line(line: &ChildLine) {
 
 /// Parent mode: runs the plan in `plan.processes` children of `exe`.
 pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Result<LoadReport> {
-    let (probe, _addr) = prepare(&plan, ctl).await?;
+    let (probes, _addrs) = prepare(&plan, ctl).await?;
     plan.start_unix_ms = unix_ms(SystemTime::now()) + CHILD_START.as_millis() as u64;
     let schedule = plan.schedule();
     let ranges = plan.split();
@@ -475,10 +535,7 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
     }
     drop(lines_tx);
 
-    let watch = probe
-        .before
-        .is_some()
-        .then(|| Watch::start(plan.target.clone(), schedule));
+    let watches = Watches::start(&plan, &probes, schedule);
     let mut deadline = schedule.drain_end + CLOSE_GRACE + Duration::from_secs(10);
     let mut statuses: BTreeMap<usize, Status> = BTreeMap::new();
     let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
@@ -502,9 +559,7 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
             why = &mut stopped, if interrupted.is_none() => {
                 interrupted = Some(why.to_string());
                 stdins.clear();
-                if let Some(w) = &watch {
-                    w.end_now();
-                }
+                watches.end_now();
                 deadline = Instant::now() + CLOSE_GRACE + Duration::from_secs(5);
             }
             _ = ticker.tick() => {
@@ -527,10 +582,7 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
     let cpu_end = cpu_end.or_else(usage::cpu_seconds);
     // Children that are done read the end of their stdin and exit.
     stdins.clear();
-    let window = match watch {
-        Some(w) => Some(w.finish().await),
-        None => None,
-    };
+    let windows = watches.finish().await;
 
     for (k, child) in children.iter_mut().enumerate() {
         match timeout(Duration::from_secs(5), child.wait()).await {
@@ -563,5 +615,5 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
     if let (Some(a), Some(b)) = (cpu_start, cpu_end) {
         tally.cpu_seconds += (b - a).max(0.0);
     }
-    Ok(report(&plan, &tally, probe, window, processes))
+    Ok(report(&plan, &tally, probes, windows, processes))
 }

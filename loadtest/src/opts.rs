@@ -15,7 +15,7 @@ use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{self, OpenFiles};
-use crate::plan::{Plan, RoomNames, Target, Tolerance};
+use crate::plan::{Plan, RoomNames, Tolerance, parse_targets};
 
 /// amble's bot load tester: spawns bots that join rooms and move the way
 /// people do, and measures bandwidth, delivery rate, latency and what the
@@ -36,8 +36,12 @@ use crate::plan::{Plan, RoomNames, Target, Tolerance};
 #[derive(Parser, Debug, Clone)]
 #[command(name = "loadtest", version, about, long_about)]
 pub struct Opts {
-    /// WebSocket URL of the amble server. Only loopback hosts (127.0.0.0/8,
-    /// localhost, ::1) are accepted unless --allow-remote is given.
+    /// WebSocket URL of the amble server, or of each node of a cluster
+    /// separated by commas (`ws://127.0.0.1:3000/ws,ws://127.0.0.1:3001/ws`):
+    /// bot i connects to node i mod n, so every room of at least n bots
+    /// spans every node, and the report gives each node's /metrics and
+    /// their sum. Only loopback hosts (127.0.0.0/8, localhost, ::1) are
+    /// accepted unless --allow-remote is given.
     #[arg(long, default_value = "ws://127.0.0.1:3000/ws")]
     pub url: String,
 
@@ -307,7 +311,12 @@ impl Opts {
     /// [`Opts::plan`] for a process that may open files as `files` says
     /// (`None`: unknown, not checked).
     pub fn plan_with(&self, files: Option<OpenFiles>) -> anyhow::Result<Plan> {
-        let target = Target::parse(&self.url, self.allow_remote)?;
+        let mut targets = parse_targets(&self.url, self.allow_remote)?;
+        ensure!(
+            targets.len() == 1 || self.scenario != Scenario::Rpc,
+            "--scenario rpc measures one server: give --url a single URL"
+        );
+        let target = targets.remove(0);
         let preset = self.preset.map(PresetValues::of).unwrap_or_default();
 
         let bots = self.bots.or(preset.bots).unwrap_or(100);
@@ -396,6 +405,7 @@ impl Opts {
 
         let plan = Plan {
             target,
+            more_targets: targets,
             bots,
             rooms,
             room_size,
@@ -702,6 +712,31 @@ mod tests {
             opts(&["--url", "wss://127.0.0.1/ws"]).plan_here().is_err(),
             "no TLS support"
         );
+    }
+
+    #[test]
+    fn several_urls_make_a_cluster_plan() {
+        let plan = opts(&["--url", "ws://127.0.0.1:3000/ws,ws://127.0.0.1:3001/ws"])
+            .plan_here()
+            .unwrap();
+        assert_eq!(plan.nodes(), 2);
+        assert_eq!(plan.target.port, 3000);
+        assert_eq!(plan.more_targets[0].port, 3001);
+        let err = opts(&["--url", "ws://127.0.0.1:3000/ws, "])
+            .plan_here()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("separated by commas"), "{err}");
+        let err = opts(&[
+            "--scenario",
+            "rpc",
+            "--url",
+            "ws://127.0.0.1:3000/ws,ws://127.0.0.1:3001/ws",
+        ])
+        .plan_here()
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("a single URL"), "{err}");
     }
 
     #[test]

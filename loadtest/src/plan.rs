@@ -23,7 +23,12 @@ pub const DEFAULT_DRAIN_MS: u64 = 1_500;
 /// Everything a process needs to run its share of the bots.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
+    /// The first (or only) node of `--url`.
     pub target: Target,
+    /// The other nodes of `--url`, in order: bot `i` connects to node
+    /// `i mod n` (see [`Plan::node_of`]).
+    #[serde(default)]
+    pub more_targets: Vec<Target>,
     /// All bots of the run, over all processes.
     pub bots: u32,
     /// All rooms of the run.
@@ -101,6 +106,30 @@ impl Plan {
             .is_some_and(|(n, tag)| {
                 tag == self.run_tag && !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit())
             })
+    }
+
+    /// Every node of `--url`, in order.
+    pub fn targets(&self) -> impl Iterator<Item = &Target> {
+        std::iter::once(&self.target).chain(&self.more_targets)
+    }
+
+    /// Number of nodes in `--url`.
+    pub fn nodes(&self) -> usize {
+        1 + self.more_targets.len()
+    }
+
+    /// The node bot `index` (global) connects to: one by one over the
+    /// nodes, so a room of at least as many bots as nodes spans every node.
+    pub fn node_of(&self, index: u32) -> usize {
+        index as usize % self.nodes()
+    }
+
+    /// `--url` as given: the node URLs joined by commas.
+    pub fn url(&self) -> String {
+        self.targets()
+            .map(|t| t.url.as_str())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// Bots in the largest of this plan's processes.
@@ -271,6 +300,42 @@ impl Schedule {
     }
 }
 
+/// Most nodes one `--url` may list.
+pub const MAX_NODES: usize = 64;
+
+/// Parses `--url`: one `ws://` URL, or several separated by commas (the
+/// nodes of a cluster), each as [`Target::parse`] takes it.
+pub fn parse_targets(urls: &str, allow_remote: bool) -> anyhow::Result<Vec<Target>> {
+    let example = "e.g. --url ws://127.0.0.1:3000/ws,ws://127.0.0.1:3001/ws";
+    let parts: Vec<&str> = urls.split(',').map(str::trim).collect();
+    ensure!(
+        parts.iter().all(|p| !p.is_empty()),
+        "--url {urls:?}: an empty entry in the list; give one ws:// URL per node, separated by \
+         commas without spaces or a trailing comma ({example})"
+    );
+    ensure!(
+        parts.len() <= MAX_NODES,
+        "--url lists {} nodes; at most {MAX_NODES} are supported",
+        parts.len()
+    );
+    let mut targets: Vec<Target> = Vec::with_capacity(parts.len());
+    for part in parts {
+        let target = Target::parse(part, allow_remote)?;
+        if let Some(same) = targets
+            .iter()
+            .find(|t| (t.host.as_str(), t.port) == (target.host.as_str(), target.port))
+        {
+            bail!(
+                "--url lists the node {} twice ({} and {part}); list each node once ({example})",
+                target.authority(),
+                same.url
+            );
+        }
+        targets.push(target);
+    }
+    Ok(targets)
+}
+
 /// The server a run targets: a `ws://` URL on a loopback host (unless
 /// allowed otherwise).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -335,7 +400,7 @@ impl Target {
         Ok(target)
     }
 
-    fn loopback_ip(&self) -> Option<IpAddr> {
+    pub(crate) fn loopback_ip(&self) -> Option<IpAddr> {
         if self.host.eq_ignore_ascii_case("localhost") {
             return Some(IpAddr::V4(Ipv4Addr::LOCALHOST));
         }
@@ -379,6 +444,7 @@ mod tests {
         let rooms = bots.div_ceil(room_size);
         Plan {
             target: Target::parse("ws://127.0.0.1:3000/ws", false).unwrap(),
+            more_targets: vec![],
             bots,
             rooms,
             room_size,
@@ -454,6 +520,75 @@ mod tests {
         assert!(s.in_window(s.window_start));
         assert!(!s.in_window(s.window_end));
         assert_eq!(s.connect_at(50) - s.origin, Duration::from_millis(50));
+    }
+
+    #[test]
+    fn url_lists() {
+        let one = parse_targets("ws://127.0.0.1:3000/ws", false).unwrap();
+        assert_eq!(one.len(), 1);
+        let two = parse_targets("ws://127.0.0.1:3000/ws,ws://localhost:3001/ws", false).unwrap();
+        assert_eq!(
+            two.iter().map(|t| t.port).collect::<Vec<_>>(),
+            vec![3000, 3001]
+        );
+        for (bad, says) in [
+            ("ws://127.0.0.1:3000/ws,", "an empty entry"),
+            (",ws://127.0.0.1:3000/ws", "an empty entry"),
+            (
+                "ws://127.0.0.1:3000/ws,,ws://127.0.0.1:3001/ws",
+                "an empty entry",
+            ),
+            (
+                "ws://127.0.0.1:3000/ws,ws://127.0.0.1:3000/other",
+                "lists the node 127.0.0.1:3000 twice",
+            ),
+            ("ws://127.0.0.1:3000/ws,http://127.0.0.1:3001/", "use ws://"),
+            (
+                "ws://127.0.0.1:3000/ws,ws://10.0.0.2:3001/ws",
+                "--allow-remote",
+            ),
+        ] {
+            let err = parse_targets(bad, false).unwrap_err().to_string();
+            assert!(err.contains(says), "{bad}: {err}");
+        }
+        let many = (0..=MAX_NODES)
+            .map(|i| format!("ws://127.0.0.1:{}/ws", 3000 + i))
+            .collect::<Vec<_>>()
+            .join(",");
+        assert!(parse_targets(&many, false).is_err());
+    }
+
+    #[test]
+    fn bots_go_round_robin_over_the_nodes() {
+        let mut p = plan(90, 30, 1);
+        let nodes = parse_targets(
+            "ws://127.0.0.1:3000/ws,ws://127.0.0.1:3001/ws,ws://127.0.0.1:3002/ws",
+            false,
+        )
+        .unwrap();
+        p.target = nodes[0].clone();
+        p.more_targets = nodes[1..].to_vec();
+        assert_eq!(p.nodes(), 3);
+        assert_eq!(
+            p.url(),
+            "ws://127.0.0.1:3000/ws,ws://127.0.0.1:3001/ws,ws://127.0.0.1:3002/ws"
+        );
+        assert_eq!(
+            (0..7).map(|i| p.node_of(i)).collect::<Vec<_>>(),
+            vec![0, 1, 2, 0, 1, 2, 0]
+        );
+        // Every room spans every node, with the same share on each.
+        for room in 0..p.rooms {
+            let mut per_node = [0; 3];
+            for bot in p.bots_in_room(room) {
+                per_node[p.node_of(bot)] += 1;
+            }
+            assert_eq!(per_node, [10, 10, 10], "room {room}");
+        }
+        // One node: everyone on it.
+        let single = plan(10, 5, 1);
+        assert!((0..10).all(|i| single.node_of(i) == 0));
+        assert_eq!(single.url(), "ws://127.0.0.1:3000/ws");
     }
 
     #[test]

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::opts::Movement;
 use crate::plan::Plan;
-use crate::scrape::ServerUsage;
+use crate::scrape::{ClusterUsage, ServerUsage};
 use crate::stats::{ErrorKind, Tally};
 
 /// Latency percentiles, milliseconds.
@@ -111,8 +111,12 @@ pub struct LoadReport {
     pub chats_sent: u64,
     pub chats_received: u64,
     /// Read from the server's /metrics at the start and end of the window;
-    /// absent when it could not be read.
+    /// absent when it could not be read. With several nodes in `--url`, the
+    /// sum over `nodes` (absent unless every node's could be read).
     pub server: Option<ServerUsage>,
+    /// Each node's figures, in `--url` order (only with several nodes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeUsage>,
     pub loadtest: SelfUsage,
     pub errors: BTreeMap<String, u64>,
 }
@@ -139,7 +143,7 @@ impl LoadReport {
             failures: failures(plan, tally),
             interrupted: tally.interrupted.clone(),
             warnings,
-            url: plan.target.url.clone(),
+            url: plan.url(),
             bots: u64::from(plan.bots),
             connected: tally.connected,
             connected_at_start: tally.connected_at_start,
@@ -179,6 +183,7 @@ impl LoadReport {
             chats_sent: c.chats_sent,
             chats_received: c.chats_received,
             server,
+            nodes: Vec::new(),
             loadtest: SelfUsage {
                 cpu_percent: if measured_s > 0.0 {
                     100.0 * tally.cpu_seconds / measured_s
@@ -192,6 +197,27 @@ impl LoadReport {
             },
             errors: tally.errors.clone(),
         }
+    }
+}
+
+/// One node's server figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeUsage {
+    pub url: String,
+    /// Absent when its /metrics was not read at both ends of the window.
+    pub server: Option<ServerUsage>,
+}
+
+impl LoadReport {
+    /// Adds each node's figures (several nodes: `server` becomes their
+    /// sum).
+    pub fn with_nodes(mut self, nodes: Vec<NodeUsage>) -> Self {
+        if nodes.len() > 1 {
+            let parts: Option<Vec<ServerUsage>> = nodes.iter().map(|n| n.server.clone()).collect();
+            self.server = parts.map(|p| ServerUsage::sum(&p, self.updates_received));
+            self.nodes = nodes;
+        }
+        self
     }
 }
 
@@ -315,6 +341,33 @@ pub fn errors_line(errors: &BTreeMap<String, u64>) -> String {
         .join(", ")
 }
 
+/// `cpu 45.0% of a core (1.20 µs per update), rss 20 MB (5.5 kB per connection)`.
+fn server_figures(s: &ServerUsage) -> String {
+    format!(
+        "cpu {} of a core ({} µs per update), rss {} ({} per connection)",
+        opt(s.cpu_percent, |p| format!("{p:.1}%")),
+        opt(s.cpu_us_per_update, |u| format!("{u:.2}")),
+        opt(s.rss_bytes, |b| bytes(b as f64)),
+        opt(s.rss_bytes_per_connection, bytes),
+    )
+}
+
+/// A node's (or the nodes' summed) NATS traffic and remote moves.
+fn cluster_figures(c: &ClusterUsage) -> String {
+    format!(
+        "NATS published {} messages ({}), received {} ({}); remote moves {}, slipped a tick: {}; \
+         resyncs {}, drops {}",
+        c.messages_published,
+        bytes(c.bytes_published as f64),
+        c.messages_received,
+        bytes(c.bytes_received as f64),
+        c.remote_moves,
+        opt(c.remote_moves_late_percent, |p| format!("{p:.2}%")),
+        c.resyncs,
+        c.dropped,
+    )
+}
+
 impl fmt::Display for LoadReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let movement = match self.movement {
@@ -402,19 +455,41 @@ impl fmt::Display for LoadReport {
                 self.chats_sent, self.chats_received
             )?;
         }
+        let together = if self.nodes.is_empty() {
+            String::new()
+        } else {
+            format!("{} nodes together: ", self.nodes.len())
+        };
         match &self.server {
-            Some(s) => writeln!(
-                f,
-                "  server        cpu {} of a core ({} µs per update), rss {} ({} per connection)",
-                opt(s.cpu_percent, |p| format!("{p:.1}%")),
-                opt(s.cpu_us_per_update, |u| format!("{u:.2}")),
-                opt(s.rss_bytes, |b| bytes(b as f64)),
-                opt(s.rss_bytes_per_connection, bytes),
-            )?,
-            None => writeln!(
+            Some(s) => writeln!(f, "  server        {together}{}", server_figures(s))?,
+            None if self.nodes.is_empty() => writeln!(
                 f,
                 "  server        n/a: /metrics was not read at both ends of the window"
             )?,
+            None => writeln!(
+                f,
+                "  server        n/a: the /metrics of every node was not read at both ends of \
+                 the window"
+            )?,
+        }
+        for (k, node) in self.nodes.iter().enumerate() {
+            let label = format!("node {}", k + 1);
+            match &node.server {
+                Some(s) => {
+                    writeln!(f, "  {label:<14}{}: {}", node.url, server_figures(s))?;
+                    if let Some(c) = &s.cluster {
+                        writeln!(f, "  {:<14}{}", "", cluster_figures(c))?;
+                    }
+                }
+                None => writeln!(
+                    f,
+                    "  {label:<14}{}: n/a: /metrics was not read at both ends of the window",
+                    node.url
+                )?,
+            }
+        }
+        if let Some(c) = self.server.as_ref().and_then(|s| s.cluster.as_ref()) {
+            writeln!(f, "  cluster       {}", cluster_figures(c))?;
         }
         writeln!(
             f,

@@ -98,7 +98,12 @@ pub async fn scrape(target: &Target) -> anyhow::Result<Sample> {
     Ok(sample)
 }
 
-async fn get(addr: std::net::SocketAddr, host: &str, path: &str) -> anyhow::Result<String> {
+/// `GET path` over HTTP/1.0 on a fresh connection; the body of a 200.
+pub(crate) async fn get(
+    addr: std::net::SocketAddr,
+    host: &str,
+    path: &str,
+) -> anyhow::Result<String> {
     let mut stream = TcpStream::connect(addr).await?;
     let request = format!("GET {path} HTTP/1.0\r\nHost: {host}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
@@ -194,6 +199,8 @@ pub struct Window {
 struct Health {
     origin: Instant,
     failing: bool,
+    /// `the server`, or `node URL` when there are several.
+    who: String,
 }
 
 impl Health {
@@ -203,7 +210,10 @@ impl Health {
             Ok(sample) => {
                 if self.failing {
                     self.failing = false;
-                    eprintln!("the server's /metrics answers again ({at:.1} s into the run)");
+                    eprintln!(
+                        "{}'s /metrics answers again ({at:.1} s into the run)",
+                        self.who
+                    );
                 }
                 Some(sample)
             }
@@ -211,7 +221,8 @@ impl Health {
                 if !self.failing {
                     self.failing = true;
                     let what = format!(
-                        "the server's /metrics stopped answering {at:.1} s into the run ({err:#})"
+                        "{}'s /metrics stopped answering {at:.1} s into the run ({err:#})",
+                        self.who
                     );
                     eprintln!("warning: {what}");
                     window.lost.get_or_insert(what);
@@ -223,14 +234,16 @@ impl Health {
 }
 
 impl Watch {
-    /// Starts reading; warnings go to stderr as they happen.
-    pub fn start(target: Target, schedule: Schedule) -> Self {
+    /// Starts reading; warnings go to stderr as they happen, naming the
+    /// server as `who` (`the server`, `node URL`).
+    pub fn start(target: Target, schedule: Schedule, who: String) -> Self {
         let (end, mut ended) = tokio::sync::watch::channel(false);
         let task = tokio::spawn(async move {
             let mut window = Window::default();
             let mut health = Health {
                 origin: schedule.origin,
                 failing: false,
+                who,
             };
             let mut started = false;
             let mut next_check = Instant::now() + CHECK_EVERY;
@@ -297,6 +310,82 @@ pub struct ServerUsage {
     pub frames_sent: Option<u64>,
     pub bytes_sent: Option<u64>,
     pub resyncs: Option<u64>,
+    /// CPU time over the window, seconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_seconds: Option<f64>,
+    /// Cluster mode only (`amble_cluster_*`), deltas over the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<ClusterUsage>,
+}
+
+/// A node's cluster figures over the window (`amble_cluster_*` counter
+/// deltas); absent on a node without `--nats`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterUsage {
+    pub messages_published: u64,
+    pub bytes_published: u64,
+    pub messages_received: u64,
+    pub bytes_received: u64,
+    /// Moves of other nodes' members this node fanned out.
+    pub remote_moves: u64,
+    /// Those that missed the tick they were cut for.
+    pub remote_moves_late: u64,
+    /// `remote_moves_late` over `remote_moves`, percent (`None`: no remote
+    /// move).
+    pub remote_moves_late_percent: Option<f64>,
+    /// Full states applied to repair a room.
+    pub resyncs: u64,
+    /// Messages dropped because the outgoing queue was full.
+    pub dropped: u64,
+}
+
+impl ClusterUsage {
+    fn between(start: &Sample, end: &Sample) -> Option<Self> {
+        let counter = |name: &str| -> Option<u64> {
+            Some((end.get(name)? - start.get(name)?).max(0.0).round() as u64)
+        };
+        // Cluster mode renders these; a single process renders none.
+        counter("amble_cluster_messages_published_total")?;
+        let c = |name: &str| counter(name).unwrap_or(0);
+        let mut usage = Self {
+            messages_published: c("amble_cluster_messages_published_total"),
+            bytes_published: c("amble_cluster_bytes_published_total"),
+            messages_received: c("amble_cluster_messages_received_total"),
+            bytes_received: c("amble_cluster_bytes_received_total"),
+            remote_moves: c("amble_cluster_remote_moves_total"),
+            remote_moves_late: c("amble_cluster_remote_moves_late_total"),
+            remote_moves_late_percent: None,
+            resyncs: c("amble_cluster_resyncs_total"),
+            dropped: c("amble_cluster_dropped_total"),
+        };
+        usage.derive();
+        Some(usage)
+    }
+
+    fn derive(&mut self) {
+        self.remote_moves_late_percent = (self.remote_moves > 0)
+            .then(|| 100.0 * self.remote_moves_late as f64 / self.remote_moves as f64);
+    }
+
+    /// The sum over nodes (`None` if no node is in cluster mode).
+    pub fn sum<'a>(parts: impl IntoIterator<Item = &'a ClusterUsage>) -> Option<Self> {
+        let mut total: Option<Self> = None;
+        for p in parts {
+            let t = total.get_or_insert_with(Self::default);
+            t.messages_published += p.messages_published;
+            t.bytes_published += p.bytes_published;
+            t.messages_received += p.messages_received;
+            t.bytes_received += p.bytes_received;
+            t.remote_moves += p.remote_moves;
+            t.remote_moves_late += p.remote_moves_late;
+            t.resyncs += p.resyncs;
+            t.dropped += p.dropped;
+        }
+        if let Some(t) = &mut total {
+            t.derive();
+        }
+        total
+    }
 }
 
 impl ServerUsage {
@@ -332,6 +421,45 @@ impl ServerUsage {
             frames_sent: counter("amble_frames_sent_total"),
             bytes_sent: counter("amble_bytes_sent_total"),
             resyncs: counter("amble_resyncs_total"),
+            cpu_seconds: cpu,
+            cluster: ClusterUsage::between(start, end),
+        }
+    }
+
+    /// The sum over every node's usage: CPU and memory add up, per-update
+    /// and per-connection figures are recomputed from the sums. A figure
+    /// any node lacks is `None` (the sum would understate it).
+    pub fn sum(parts: &[ServerUsage], updates: u64) -> Self {
+        fn all<T: Copy + std::iter::Sum<T>>(
+            parts: &[ServerUsage],
+            f: impl Fn(&ServerUsage) -> Option<T>,
+        ) -> Option<T> {
+            parts.iter().map(f).sum()
+        }
+        let cpu = all(parts, |p| p.cpu_seconds);
+        let connections = all(parts, |p| p.connections);
+        // What each node's connections added, from its per-connection figure.
+        let grown = all(parts, |p| {
+            Some(p.rss_bytes_per_connection? * p.connections? as f64)
+        });
+        Self {
+            cpu_percent: all(parts, |p| p.cpu_percent),
+            cpu_us_per_update: cpu
+                .filter(|_| updates > 0)
+                .map(|c| c * 1e6 / updates as f64),
+            rss_bytes: all(parts, |p| p.rss_bytes),
+            rss_bytes_per_connection: match (grown, connections) {
+                (Some(g), Some(n)) if n > 0 => Some(g / n as f64),
+                _ => None,
+            },
+            connections,
+            moves_received: all(parts, |p| p.moves_received),
+            moves_applied: all(parts, |p| p.moves_applied),
+            frames_sent: all(parts, |p| p.frames_sent),
+            bytes_sent: all(parts, |p| p.bytes_sent),
+            resyncs: all(parts, |p| p.resyncs),
+            cpu_seconds: cpu,
+            cluster: ClusterUsage::sum(parts.iter().filter_map(|p| p.cluster.as_ref())),
         }
     }
 }
@@ -384,6 +512,78 @@ garbage line
         assert_eq!(u.rss_bytes_per_connection, Some(2000.0));
         assert_eq!(u.frames_sent, Some(100));
         assert_eq!(u.moves_applied, None);
+    }
+
+    /// The `amble_cluster_*` counters a node renders in cluster mode
+    /// (docs: /work/wt/brief/CLUSTER.md).
+    const CLUSTER_END: &str = "\
+amble_process_cpu_seconds_total 14
+amble_process_resident_memory_bytes 4000000
+amble_connections 500
+amble_cluster_connected 1
+amble_cluster_peers 1
+amble_cluster_messages_published_total 1100
+amble_cluster_bytes_published_total 90000
+amble_cluster_messages_received_total 1300
+amble_cluster_bytes_received_total 110000
+amble_cluster_remote_moves_total 2000
+amble_cluster_remote_moves_late_total 30
+amble_cluster_resyncs_total 2
+amble_cluster_dropped_total 0
+";
+
+    #[test]
+    fn cluster_figures_per_node_and_summed() {
+        let t0 = Instant::now();
+        let mut start = Sample::parse(
+            "amble_process_cpu_seconds_total 10\namble_cluster_messages_published_total 100\n\
+             amble_cluster_bytes_published_total 10000\namble_cluster_messages_received_total 300\n\
+             amble_cluster_bytes_received_total 10000\namble_cluster_remote_moves_total 1000\n\
+             amble_cluster_remote_moves_late_total 10\namble_cluster_resyncs_total 1\n\
+             amble_cluster_dropped_total 0\n",
+        );
+        start.at = Some(t0);
+        let mut end = Sample::parse(CLUSTER_END);
+        end.at = Some(t0 + Duration::from_secs(2));
+        let before = Sample::parse("amble_process_resident_memory_bytes 1500000\n");
+        let a = ServerUsage::between(Some(&before), &start, &end, 4_000);
+        let c = a.cluster.clone().unwrap();
+        assert_eq!((c.messages_published, c.bytes_published), (1_000, 80_000));
+        assert_eq!((c.messages_received, c.bytes_received), (1_000, 100_000));
+        assert_eq!((c.remote_moves, c.remote_moves_late), (1_000, 20));
+        assert_eq!(c.remote_moves_late_percent, Some(2.0));
+        assert_eq!((c.resyncs, c.dropped), (1, 0));
+        assert_eq!(a.cpu_seconds, Some(4.0));
+
+        // A second node: half the CPU, no late move.
+        let mut b = a.clone();
+        b.cpu_seconds = Some(2.0);
+        b.cpu_percent = Some(100.0);
+        b.rss_bytes_per_connection = Some(1_000.0);
+        b.connections = Some(1_500);
+        b.cluster = Some(ClusterUsage {
+            remote_moves_late: 0,
+            ..c.clone()
+        });
+        let sum = ServerUsage::sum(&[a.clone(), b], 4_000);
+        assert_eq!(sum.cpu_seconds, Some(6.0));
+        assert_eq!(sum.cpu_percent, Some(300.0));
+        assert_eq!(sum.cpu_us_per_update, Some(1_500.0));
+        assert_eq!(sum.rss_bytes, Some(8_000_000));
+        assert_eq!(sum.connections, Some(2_000));
+        // (2.5 MB over 500) + (1 kB x 1,500), over 2,000 connections.
+        assert_eq!(sum.rss_bytes_per_connection, Some(2_000.0));
+        let sc = sum.cluster.unwrap();
+        assert_eq!((sc.remote_moves, sc.remote_moves_late), (2_000, 20));
+        assert_eq!(sc.remote_moves_late_percent, Some(1.0));
+
+        // Without cluster metrics (one process), no cluster figures, and a
+        // figure one node lacks is not summed.
+        let plain = ServerUsage::between(None, &start, &Sample::parse("x 1\n"), 1);
+        assert_eq!(plain.cluster, None);
+        let partial = ServerUsage::sum(&[a, plain], 4_000);
+        assert_eq!(partial.cpu_seconds, None);
+        assert_eq!(partial.cluster.unwrap().messages_published, 1_000);
     }
 
     #[test]

@@ -162,7 +162,7 @@ pub async fn run(
         failures,
         interrupted,
         warnings,
-        url: base.target.url.clone(),
+        url: base.url(),
         move_interval_ms: base.move_interval_ms,
         duration_s_per_size: per_size.as_secs_f64(),
         rows,

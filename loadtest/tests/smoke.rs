@@ -195,7 +195,90 @@ async fn fifty_bots_get_every_update() {
     ] {
         assert!(json["server"].get(key).is_some(), "server lacks {key}");
     }
+    // One node, no NATS: none of the cluster fields.
+    assert!(json.get("nodes").is_none(), "JSON has nodes for one server");
+    assert!(json["server"].get("cluster").is_none());
     server.stop().await;
+}
+
+/// Two servers behind one `--url` (two single processes, not a cluster:
+/// each node's half of a room sees only itself): bot i goes to node i mod 2,
+/// and the report gives each node's /metrics and their sum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bots_spread_over_the_nodes_of_a_url_list() {
+    let args = ["--tick-ms", "20", "--move-interval-ms", "100"];
+    let (a, b) = (
+        TestServer::start(&args).await,
+        TestServer::start(&args).await,
+    );
+    let urls = format!("{},{}", a.url(), b.url());
+    let report = run(opts(&[
+        "--url",
+        &urls,
+        "--bots",
+        "40",
+        "--room-size",
+        "10",
+        "--move-interval",
+        "200ms",
+        "--duration",
+        "2s",
+        "--warmup",
+        "500ms",
+        "--quiet",
+    ]))
+    .await;
+    let text = report.to_string();
+    let Report::Load(r) = report else {
+        panic!("a load report")
+    };
+    assert_eq!(r.url, urls);
+    assert_eq!((r.connected, r.connect_failures), (40, 0), "{r:#?}");
+    assert!(r.errors.is_empty(), "errors: {:?}", r.errors);
+    assert!(r.warnings.is_empty(), "fresh servers: {:?}", r.warnings);
+    // Half of each room on each node; each bot receives the 4 others of
+    // its half.
+    assert_eq!(r.nodes.len(), 2);
+    for (node, url) in r.nodes.iter().zip([a.url(), b.url()]) {
+        assert_eq!(node.url, url);
+        let s = node.server.as_ref().expect("each node's /metrics read");
+        assert_eq!(s.connections, Some(20), "{node:?}");
+        assert!(s.moves_applied.unwrap() > 0);
+        assert_eq!(s.cluster, None, "not in cluster mode");
+    }
+    assert!(r.moves_applied > 0);
+    assert_eq!(r.updates_expected, r.moves_applied * 4);
+    assert_eq!(r.delivery_rate, Some(1.0));
+    let sum = r.server.as_ref().expect("the nodes' sum");
+    assert_eq!(sum.connections, Some(40));
+    let node_cpu: f64 = r
+        .nodes
+        .iter()
+        .map(|n| n.server.as_ref().unwrap().cpu_seconds.unwrap())
+        .sum();
+    assert_eq!(sum.cpu_seconds, Some(node_cpu));
+    assert_eq!(
+        sum.moves_applied,
+        Some(
+            r.nodes
+                .iter()
+                .map(|n| n.server.as_ref().unwrap().moves_applied.unwrap())
+                .sum()
+        )
+    );
+
+    for line in [
+        "server        2 nodes together: cpu ",
+        &format!("node 1        {}: cpu ", a.url()),
+        &format!("node 2        {}: cpu ", b.url()),
+    ] {
+        assert!(text.contains(line), "the report lacks {line:?}:\n{text}");
+    }
+    let json = serde_json::to_value(Report::Load(r)).unwrap();
+    assert_eq!(json["nodes"].as_array().map(Vec::len), Some(2));
+    assert!(json["nodes"][1]["server"]["cpu_percent"].is_number());
+    a.stop().await;
+    b.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
