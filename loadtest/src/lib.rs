@@ -14,7 +14,8 @@
 //! - [`stats`]: per-thread counters and histograms; the mergeable tally.
 //! - [`load`]: the engine, and running it alone, as parent or as child.
 //! - [`rpc`], [`sweep`]: the other two scenarios.
-//! - [`scrape`]: each node's `/metrics`; [`usage`]: this process's CPU.
+//! - [`scrape`]: each node's `/metrics`; [`varz`]: the NATS server's
+//!   `/varz`; [`usage`]: this process's CPU.
 //! - [`limits`]: open files, raised at start; [`stop`]: Ctrl-C, SIGTERM.
 //! - [`report`], [`console`]: what is printed at the end and meanwhile.
 //!
@@ -37,6 +38,7 @@ pub mod stats;
 pub mod stop;
 pub mod sweep;
 pub mod usage;
+pub mod varz;
 pub mod wire;
 
 use std::fmt;
@@ -144,6 +146,11 @@ pub async fn run_with(
         status_every: opts.status_every,
         stop,
         check_fresh: true,
+        nats_monitor: opts
+            .nats_monitor
+            .as_deref()
+            .map(|url| varz::Monitor::parse(url, opts.allow_remote))
+            .transpose()?,
     };
     match opts.scenario {
         opts::Scenario::Load if plan.processes > 1 => {

@@ -33,6 +33,7 @@ use crate::report::{LoadReport, NodeUsage};
 use crate::scrape::{self, Sample, ServerUsage, Watch};
 use crate::stats::{HistogramBuckets, Tally};
 use crate::stop::Stop;
+use crate::varz::{self, Monitor, NatsUsage};
 use crate::{usage, wire};
 
 /// How often the engine reports its status.
@@ -188,6 +189,8 @@ pub struct Control {
     /// Warn when the server was busy or reused before the run (the sweep
     /// checks before its first room size only).
     pub check_fresh: bool,
+    /// The NATS server's monitoring endpoint (`--nats-monitor`).
+    pub nats_monitor: Option<Monitor>,
 }
 
 impl Default for Control {
@@ -197,6 +200,7 @@ impl Default for Control {
             status_every: Duration::from_secs(1),
             stop: Stop::new(),
             check_fresh: true,
+            nats_monitor: None,
         }
     }
 }
@@ -348,13 +352,14 @@ async fn resolve_all(plan: &Plan) -> anyhow::Result<Vec<SocketAddr>> {
 
 /// What reads the servers' figures over the window: each node's
 /// /metrics (a node whose /metrics did not answer before the run is not
-/// read).
+/// read), and nats-server's /varz.
 struct Watches {
     nodes: Vec<Option<Watch>>,
+    nats: Option<varz::Watch>,
 }
 
 impl Watches {
-    fn start(plan: &Plan, probes: &[Probe], schedule: Schedule) -> Self {
+    fn start(plan: &Plan, probes: &[Probe], schedule: Schedule, ctl: &Control) -> Self {
         let named = plan.nodes() > 1;
         let nodes = plan
             .targets()
@@ -370,14 +375,21 @@ impl Watches {
                 })
             })
             .collect();
-        Self { nodes }
+        let nats = ctl
+            .nats_monitor
+            .clone()
+            .map(|m| varz::Watch::start(m, schedule));
+        Self { nodes, nats }
     }
 
     fn end_now(&self) {
         self.nodes.iter().flatten().for_each(Watch::end_now);
+        if let Some(n) = &self.nats {
+            n.end_now();
+        }
     }
 
-    async fn finish(self) -> Vec<Option<scrape::Window>> {
+    async fn finish(self, monitor: Option<&Monitor>) -> (Vec<Option<scrape::Window>>, Nats) {
         let mut windows = Vec::with_capacity(self.nodes.len());
         for w in self.nodes {
             windows.push(match w {
@@ -385,8 +397,33 @@ impl Watches {
                 None => None,
             });
         }
-        windows
+        let nats = match (self.nats, monitor) {
+            (Some(w), Some(m)) => {
+                let (readings, failed) = w.finish().await;
+                Nats {
+                    usage: NatsUsage::of(m.url(), &readings),
+                    warning: failed.or_else(|| {
+                        (readings.len() < 2).then(|| {
+                            format!(
+                                "the NATS monitor {} was not read at both ends of the window: \
+                                 no nats-server figures",
+                                m.url()
+                            )
+                        })
+                    }),
+                }
+            }
+            _ => Nats::default(),
+        };
+        (windows, nats)
     }
+}
+
+/// nats-server's figures over the window, and what to warn about them.
+#[derive(Debug, Default)]
+struct Nats {
+    usage: Option<NatsUsage>,
+    warning: Option<String>,
 }
 
 /// Runs the whole plan in this process.
@@ -403,10 +440,10 @@ pub async fn alone(plan: Plan, ctl: &Control) -> anyhow::Result<LoadReport> {
         ctl.status_every,
     );
     let run = Arc::new(Run::new(plan.clone(), schedule, addrs));
-    let watches = Watches::start(&plan, &probes, schedule);
+    let watches = Watches::start(&plan, &probes, schedule, ctl);
     let tally = engine(run, &ctl.stop, |s| console.show(s), || watches.end_now()).await;
-    let windows = watches.finish().await;
-    Ok(report(&plan, &tally, probes, windows, 1))
+    let (windows, nats) = watches.finish(ctl.nats_monitor.as_ref()).await;
+    Ok(report(&plan, &tally, probes, windows, nats, 1))
 }
 
 /// The report of a load run from its merged tally and the servers'
@@ -416,6 +453,7 @@ fn report(
     tally: &Tally,
     probes: Vec<Probe>,
     windows: Vec<Option<scrape::Window>>,
+    nats: Nats,
     processes: u32,
 ) -> LoadReport {
     let mut warnings = Vec::new();
@@ -436,8 +474,9 @@ fn report(
             server,
         });
     }
+    warnings.extend(nats.warning);
     let first = nodes.first().and_then(|n| n.server.clone());
-    LoadReport::new(plan, tally, first, processes, warnings).with_nodes(nodes)
+    LoadReport::new(plan, tally, first, processes, warnings).with_cluster(nodes, nats.usage)
 }
 
 /// What a child prints on stdout, one JSON object a line.
@@ -535,7 +574,7 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
     }
     drop(lines_tx);
 
-    let watches = Watches::start(&plan, &probes, schedule);
+    let watches = Watches::start(&plan, &probes, schedule, ctl);
     let mut deadline = schedule.drain_end + CLOSE_GRACE + Duration::from_secs(10);
     let mut statuses: BTreeMap<usize, Status> = BTreeMap::new();
     let mut tallies: BTreeMap<usize, Tally> = BTreeMap::new();
@@ -582,7 +621,7 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
     let cpu_end = cpu_end.or_else(usage::cpu_seconds);
     // Children that are done read the end of their stdin and exit.
     stdins.clear();
-    let windows = watches.finish().await;
+    let (windows, nats) = watches.finish(ctl.nats_monitor.as_ref()).await;
 
     for (k, child) in children.iter_mut().enumerate() {
         match timeout(Duration::from_secs(5), child.wait()).await {
@@ -615,5 +654,5 @@ pub async fn parent(mut plan: Plan, exe: PathBuf, ctl: &Control) -> anyhow::Resu
     if let (Some(a), Some(b)) = (cpu_start, cpu_end) {
         tally.cpu_seconds += (b - a).max(0.0);
     }
-    Ok(report(&plan, &tally, probes, windows, processes))
+    Ok(report(&plan, &tally, probes, windows, nats, processes))
 }

@@ -45,6 +45,14 @@ pub struct Opts {
     #[arg(long, default_value = "ws://127.0.0.1:3000/ws")]
     pub url: String,
 
+    /// The NATS server's monitoring endpoint (`nats-server -m 8222`), e.g.
+    /// `http://127.0.0.1:8222`: its /varz is read every second of the
+    /// measured window, and the report adds its CPU, memory and message
+    /// counts, and the CPU per delivered update of the whole cluster (the
+    /// nodes plus nats-server). Loopback only unless --allow-remote.
+    #[arg(long, value_name = "URL")]
+    pub nats_monitor: Option<String>,
+
     /// Accept a --url host that is not a loopback address.
     #[arg(long)]
     pub allow_remote: bool,
@@ -317,6 +325,9 @@ impl Opts {
             "--scenario rpc measures one server: give --url a single URL"
         );
         let target = targets.remove(0);
+        if let Some(url) = &self.nats_monitor {
+            crate::varz::Monitor::parse(url, self.allow_remote)?;
+        }
         let preset = self.preset.map(PresetValues::of).unwrap_or_default();
 
         let bots = self.bots.or(preset.bots).unwrap_or(100);
@@ -737,6 +748,16 @@ mod tests {
         .unwrap_err()
         .to_string();
         assert!(err.contains("a single URL"), "{err}");
+        assert!(
+            opts(&["--nats-monitor", "http://127.0.0.1:8222"])
+                .plan_here()
+                .is_ok()
+        );
+        let err = opts(&["--nats-monitor", "127.0.0.1:8222"])
+            .plan_here()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("http://HOST:PORT"), "{err}");
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::opts::Movement;
 use crate::plan::Plan;
 use crate::scrape::{ClusterUsage, ServerUsage};
 use crate::stats::{ErrorKind, Tally};
+use crate::varz::NatsUsage;
 
 /// Latency percentiles, milliseconds.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -117,6 +118,13 @@ pub struct LoadReport {
     /// Each node's figures, in `--url` order (only with several nodes).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeUsage>,
+    /// The NATS server's figures (`--nats-monitor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nats: Option<NatsUsage>,
+    /// CPU of the whole cluster (every node plus nats-server) per update
+    /// delivered to a bot, µs (with `--nats-monitor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_cpu_us_per_update: Option<f64>,
     pub loadtest: SelfUsage,
     pub errors: BTreeMap<String, u64>,
 }
@@ -184,6 +192,8 @@ impl LoadReport {
             chats_received: c.chats_received,
             server,
             nodes: Vec::new(),
+            nats: None,
+            cluster_cpu_us_per_update: None,
             loadtest: SelfUsage {
                 cpu_percent: if measured_s > 0.0 {
                     100.0 * tally.cpu_seconds / measured_s
@@ -210,13 +220,21 @@ pub struct NodeUsage {
 
 impl LoadReport {
     /// Adds each node's figures (several nodes: `server` becomes their
-    /// sum).
-    pub fn with_nodes(mut self, nodes: Vec<NodeUsage>) -> Self {
+    /// sum) and nats-server's, and the whole cluster's CPU per update.
+    pub fn with_cluster(mut self, nodes: Vec<NodeUsage>, nats: Option<NatsUsage>) -> Self {
         if nodes.len() > 1 {
             let parts: Option<Vec<ServerUsage>> = nodes.iter().map(|n| n.server.clone()).collect();
             self.server = parts.map(|p| ServerUsage::sum(&p, self.updates_received));
             self.nodes = nodes;
         }
+        let nodes_cpu = self.server.as_ref().and_then(|s| s.cpu_seconds);
+        self.cluster_cpu_us_per_update = match (&nats, nodes_cpu) {
+            (Some(n), Some(cpu)) if self.updates_received > 0 => {
+                Some((cpu + n.cpu_seconds) * 1e6 / self.updates_received as f64)
+            }
+            _ => None,
+        };
+        self.nats = nats;
         self
     }
 }
@@ -490,6 +508,34 @@ impl fmt::Display for LoadReport {
         }
         if let Some(c) = self.server.as_ref().and_then(|s| s.cluster.as_ref()) {
             writeln!(f, "  cluster       {}", cluster_figures(c))?;
+        }
+        if let Some(n) = &self.nats {
+            writeln!(
+                f,
+                "  nats-server   cpu {:.1}% of a core ({:.2} s), mem {} (peak {}), in {} messages \
+                 ({}), out {} messages ({})",
+                n.cpu_percent,
+                n.cpu_seconds,
+                bytes(n.mem_bytes as f64),
+                bytes(n.mem_peak_bytes as f64),
+                n.in_msgs,
+                bytes(n.in_bytes as f64),
+                n.out_msgs,
+                bytes(n.out_bytes as f64),
+            )?;
+        }
+        if let Some(us) = self.cluster_cpu_us_per_update {
+            let part = |cpu: Option<f64>| {
+                opt(cpu.filter(|_| self.updates_received > 0), |c| {
+                    format!("{:.2}", c * 1e6 / self.updates_received as f64)
+                })
+            };
+            writeln!(
+                f,
+                "  whole cluster cpu {us:.2} µs per delivered update (nodes {} + nats-server {})",
+                part(self.server.as_ref().and_then(|s| s.cpu_seconds)),
+                part(self.nats.as_ref().map(|n| n.cpu_seconds)),
+            )?;
         }
         writeln!(
             f,

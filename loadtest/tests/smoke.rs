@@ -196,14 +196,51 @@ async fn fifty_bots_get_every_update() {
         assert!(json["server"].get(key).is_some(), "server lacks {key}");
     }
     // One node, no NATS: none of the cluster fields.
-    assert!(json.get("nodes").is_none(), "JSON has nodes for one server");
+    for key in ["nodes", "nats", "cluster_cpu_us_per_update"] {
+        assert!(json.get(key).is_none(), "JSON has {key} for one server");
+    }
     assert!(json["server"].get("cluster").is_none());
     server.stop().await;
 }
 
+/// nats-server on ephemeral ports (`-p -1 -m -1`), killed when dropped.
+struct NatsServer {
+    _child: tokio::process::Child,
+    monitor: String,
+}
+
+impl NatsServer {
+    async fn start() -> Self {
+        let mut child = tokio::process::Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", "-1", "-m", "-1"])
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("nats-server is installed (Debian package nats-server)");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let monitor = timeout(Duration::from_secs(10), async {
+            while let Some(line) = lines.next_line().await.expect("nats-server stderr") {
+                if let Some((_, addr)) = line.split_once("Starting http monitor on ") {
+                    return format!("http://{}", addr.trim());
+                }
+            }
+            panic!("nats-server ended before its monitor started")
+        })
+        .await
+        .expect("nats-server's monitor starts within 10 s");
+        // Keep reading its log, so it never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self {
+            _child: child,
+            monitor,
+        }
+    }
+}
+
 /// Two servers behind one `--url` (two single processes, not a cluster:
 /// each node's half of a room sees only itself): bot i goes to node i mod 2,
-/// and the report gives each node's /metrics and their sum.
+/// the report gives each node's /metrics and their sum, and nats-server's
+/// /varz beside them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bots_spread_over_the_nodes_of_a_url_list() {
     let args = ["--tick-ms", "20", "--move-interval-ms", "100"];
@@ -211,10 +248,13 @@ async fn bots_spread_over_the_nodes_of_a_url_list() {
         TestServer::start(&args).await,
         TestServer::start(&args).await,
     );
+    let nats = NatsServer::start().await;
     let urls = format!("{},{}", a.url(), b.url());
     let report = run(opts(&[
         "--url",
         &urls,
+        "--nats-monitor",
+        &nats.monitor,
         "--bots",
         "40",
         "--room-size",
@@ -267,16 +307,29 @@ async fn bots_spread_over_the_nodes_of_a_url_list() {
         )
     );
 
+    let n = r.nats.as_ref().expect("nats-server's figures");
+    assert_eq!(n.url, nats.monitor);
+    assert!(n.readings >= 3, "one a second over 2 s: {n:?}");
+    assert!(n.mem_bytes > 0 && n.mem_peak_bytes >= n.mem_bytes, "{n:?}");
+    assert_eq!(n.in_msgs, 0, "nobody publishes");
+    let whole = r.cluster_cpu_us_per_update.expect("whole-cluster CPU");
+    let nodes_only = sum.cpu_us_per_update.unwrap();
+    assert!(whole >= nodes_only, "{whole} < {nodes_only}");
+
     for line in [
         "server        2 nodes together: cpu ",
         &format!("node 1        {}: cpu ", a.url()),
         &format!("node 2        {}: cpu ", b.url()),
+        "nats-server   cpu ",
+        "whole cluster cpu ",
     ] {
         assert!(text.contains(line), "the report lacks {line:?}:\n{text}");
     }
     let json = serde_json::to_value(Report::Load(r)).unwrap();
     assert_eq!(json["nodes"].as_array().map(Vec::len), Some(2));
     assert!(json["nodes"][1]["server"]["cpu_percent"].is_number());
+    assert!(json["nats"]["cpu_seconds"].is_number());
+    assert!(json["cluster_cpu_us_per_update"].is_number());
     a.stop().await;
     b.stop().await;
 }
