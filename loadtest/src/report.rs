@@ -494,7 +494,14 @@ impl fmt::Display for LoadReport {
             let label = format!("node {}", k + 1);
             match &node.server {
                 Some(s) => {
-                    writeln!(f, "  {label:<14}{}: {}", node.url, server_figures(s))?;
+                    writeln!(
+                        f,
+                        "  {label:<14}{}: {}, sent {} in {} frames",
+                        node.url,
+                        server_figures(s),
+                        opt(s.bytes_sent, |b| bytes(b as f64)),
+                        opt(s.frames_sent, |n| n.to_string()),
+                    )?;
                     if let Some(c) = &s.cluster {
                         writeln!(f, "  {:<14}{}", "", cluster_figures(c))?;
                     }
