@@ -27,6 +27,10 @@ use crate::plan::{Plan, RoomNames, Tolerance, parse_targets};
 /// --json PATH). Use a freshly started server for figures: the report warns
 /// when the server was already busy or had served connections before.
 ///
+/// A cluster: list every node in --url (`--url
+/// ws://127.0.0.1:3000/ws,ws://127.0.0.1:3001/ws`) and, to count
+/// nats-server too, `--nats-monitor http://127.0.0.1:8222`.
+///
 /// Exit status: 0 done; 1 a threshold (--min-delivery, --max-p99-ms) was
 /// missed; 2 the run failed or could not be made (server unreachable, bad
 /// options, bots disconnected or unable to connect, fewer bots than asked
@@ -53,7 +57,7 @@ pub struct Opts {
     #[arg(long, value_name = "URL")]
     pub nats_monitor: Option<String>,
 
-    /// Accept a --url host that is not a loopback address.
+    /// Accept a --url (or --nats-monitor) host that is not a loopback address.
     #[arg(long)]
     pub allow_remote: bool,
 
