@@ -311,7 +311,7 @@ pub fn parse_targets(urls: &str, allow_remote: bool) -> anyhow::Result<Vec<Targe
     ensure!(
         parts.iter().all(|p| !p.is_empty()),
         "--url {urls:?}: an empty entry in the list; give one ws:// URL per node, separated by \
-         commas without spaces or a trailing comma ({example})"
+         commas, with no trailing comma ({example})"
     );
     ensure!(
         parts.len() <= MAX_NODES,
