@@ -496,8 +496,9 @@ impl fmt::Display for LoadReport {
                 Some(s) => {
                     writeln!(
                         f,
-                        "  {label:<14}{}: {}, sent {} in {} frames",
+                        "  {label:<14}{}: {} connections, {}, sent {} in {} frames",
                         node.url,
+                        opt(s.connections, |n| n.to_string()),
                         server_figures(s),
                         opt(s.bytes_sent, |b| bytes(b as f64)),
                         opt(s.frames_sent, |n| n.to_string()),

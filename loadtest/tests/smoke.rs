@@ -318,8 +318,8 @@ async fn bots_spread_over_the_nodes_of_a_url_list() {
 
     for line in [
         "server        2 nodes together: cpu ",
-        &format!("node 1        {}: cpu ", a.url()),
-        &format!("node 2        {}: cpu ", b.url()),
+        &format!("node 1        {}: 20 connections, cpu ", a.url()),
+        &format!("node 2        {}: 20 connections, cpu ", b.url()),
         "nats-server   cpu ",
         "whole cluster cpu ",
     ] {
