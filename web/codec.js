@@ -17,7 +17,7 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = '54a9722bb60cbd90';
+export const SCHEMA_FNV1A64 = 'f129a15881d1d1e9';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
@@ -58,6 +58,7 @@ export const LeaveReason = Object.freeze({
   KICKED: 4,
   SHUTDOWN: 5,
   REPLACED: 6,
+  SERVER_LOST: 7,
 });
 
 const U32_MAX = 0xffff_ffff;

@@ -414,6 +414,13 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
             })),
         ),
         server(
+            "left_server_lost",
+            body(S::Left(pb::Left {
+                member_id: 129,
+                reason: LeaveReason::ServerLost as i32,
+            })),
+        ),
+        server(
             "error",
             body(S::Error(pb::Error {
                 code: ErrorCode::RoomFull as i32,
