@@ -1,5 +1,6 @@
 //! Build steps:
-//! 1. Compiles `proto/amble/v1/amble.proto` with protox (pure Rust, so a
+//! 1. Compiles `proto/amble/v1/amble.proto` and the node-to-node
+//!    `proto/amble/cluster/v1/cluster.proto` with protox (pure Rust, so a
 //!    fresh machine needs no system `protoc`) and prost-build into
 //!    `OUT_DIR`. The generated types also derive `serde::Serialize`
 //!    (camelCase, the oneof flattened) so the shared test vectors in
@@ -14,9 +15,14 @@ use std::path::{Path, PathBuf};
 mod files;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let proto = "proto/amble/v1/amble.proto";
-    println!("cargo:rerun-if-changed={proto}");
-    let descriptors = protox::compile([proto], ["proto"])?;
+    let protos = [
+        "proto/amble/v1/amble.proto",
+        "proto/amble/cluster/v1/cluster.proto",
+    ];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let descriptors = protox::compile(protos, ["proto"])?;
     prost_build::Config::new()
         .type_attribute(".", "#[derive(serde::Serialize)]")
         .type_attribute(".", "#[serde(rename_all = \"camelCase\")]")

@@ -55,6 +55,8 @@ pub struct Shared {
     pub sockets: TaskTracker,
     /// The bearer token `/metrics` requires, if one is configured.
     pub metrics_token: Option<MetricsToken>,
+    /// This node's cluster membership (`--nats`), set once at start.
+    pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 /// The WebSocket read buffer: client frames are small.
@@ -63,7 +65,7 @@ const READ_BUFFER_BYTES: usize = 1024;
 pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/ws", any(upgrade))
-        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/healthz", get(healthz))
         .route("/api/rooms", get(rooms))
         .route("/metrics", get(metrics))
         .fallback(get(web::asset))
@@ -198,10 +200,32 @@ struct RoomList {
     rooms: Vec<crate::room::RoomInfo>,
 }
 
+/// `ok` while the process serves; in cluster mode a second line says
+/// whether the node has its cluster.
+async fn healthz(State(shared): State<Arc<Shared>>) -> String {
+    match shared.cluster.get() {
+        Some(cluster) => format!("ok\n{}\n", cluster.health_line()),
+        None => "ok\n".to_owned(),
+    }
+}
+
+/// Rooms with their member counts: this node's, or in cluster mode every
+/// node's (gathered over NATS, cached for a second).
 async fn rooms(State(shared): State<Arc<Shared>>) -> axum::Json<RoomList> {
-    axum::Json(RoomList {
-        rooms: shared.rooms.list(),
-    })
+    let rooms = match shared.cluster.get() {
+        Some(cluster) => cluster
+            .room_counts()
+            .await
+            .into_iter()
+            .map(|(name, members)| crate::room::RoomInfo {
+                name,
+                members: members as usize,
+                capacity: shared.config.room_capacity as usize,
+            })
+            .collect(),
+        None => shared.rooms.list(),
+    };
+    axum::Json(RoomList { rooms })
 }
 
 async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {

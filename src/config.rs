@@ -257,6 +257,119 @@ pub struct Config {
     #[arg(long, env = "AMBLE_AUTH_PUBLIC_KEY_FILE", value_name = "PATH")]
     pub auth_public_key_file: Option<std::path::PathBuf>,
 
+    // ---- Cluster (NATS) ----
+    /// NATS server URL(s), comma-separated (`nats://host:4222`, `tls://...`).
+    /// When set, this node joins a cluster of amble nodes sharing rooms
+    /// through NATS (see docs/cluster.md); when absent, amble runs alone.
+    #[arg(long, env = "AMBLE_NATS", value_delimiter = ',', value_name = "URL")]
+    pub nats: Vec<String>,
+
+    /// NATS credentials file (JWT and NKey seed, `.creds`).
+    #[arg(long, env = "AMBLE_NATS_CREDS_FILE", value_name = "PATH")]
+    pub nats_creds_file: Option<PathBuf>,
+
+    /// File holding a NATS token (trailing line breaks are not part of it).
+    #[arg(long, env = "AMBLE_NATS_TOKEN_FILE", value_name = "PATH")]
+    pub nats_token_file: Option<PathBuf>,
+
+    /// NATS user name; the password comes from --nats-password-file.
+    #[arg(long, env = "AMBLE_NATS_USER", requires = "nats_password_file")]
+    pub nats_user: Option<String>,
+
+    /// File holding the NATS password of --nats-user.
+    #[arg(
+        long,
+        env = "AMBLE_NATS_PASSWORD_FILE",
+        value_name = "PATH",
+        requires = "nats_user"
+    )]
+    pub nats_password_file: Option<PathBuf>,
+
+    /// PEM file of certificate authorities to trust for the NATS server.
+    #[arg(long, env = "AMBLE_NATS_TLS_CA_FILE", value_name = "PATH")]
+    pub nats_tls_ca_file: Option<PathBuf>,
+
+    /// PEM client certificate for NATS (mutual TLS); needs --nats-tls-key-file.
+    #[arg(
+        long,
+        env = "AMBLE_NATS_TLS_CERT_FILE",
+        value_name = "PATH",
+        requires = "nats_tls_key_file"
+    )]
+    pub nats_tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --nats-tls-cert-file.
+    #[arg(
+        long,
+        env = "AMBLE_NATS_TLS_KEY_FILE",
+        value_name = "PATH",
+        requires = "nats_tls_cert_file"
+    )]
+    pub nats_tls_key_file: Option<PathBuf>,
+
+    /// Refuse to talk to NATS without TLS. Takes 1/0, yes/no, true/false, on/off.
+    #[arg(long, env = "AMBLE_NATS_REQUIRE_TLS", value_parser = clap::builder::BoolishValueParser::new(),
+          action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true")]
+    pub nats_require_tls: bool,
+
+    /// This node's name in the cluster, `[A-Za-z0-9_-]{1,64}`. Default: the
+    /// host name's first label, then `-PORT` (the port bound), e.g.
+    /// `box-3000`. A node started again under the same name is the same
+    /// node in a new incarnation: its previous run's members are removed.
+    #[arg(long, env = "AMBLE_NODE_NAME", value_parser = parse_node_name)]
+    pub node_name: Option<String>,
+
+    /// This node's slot, below --cluster-slots: its member ids are
+    /// `index * slots + slot`, so nodes never hand out the same id. Default:
+    /// the node name's trailing number mod the slot count, else a hash of
+    /// the name. Give live nodes different slots.
+    #[arg(long, env = "AMBLE_NODE_SLOT")]
+    pub node_slot: Option<u32>,
+
+    /// Number of node slots; every node of a cluster must use the same.
+    #[arg(long, env = "AMBLE_CLUSTER_SLOTS", default_value_t = 16,
+          value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub cluster_slots: u32,
+
+    /// NATS subject prefix, so several deployments can share one NATS.
+    #[arg(long, env = "AMBLE_CLUSTER_PREFIX", default_value = "amble",
+          value_parser = parse_cluster_prefix)]
+    pub cluster_prefix: String,
+
+    /// Period of this node's heartbeat to the other nodes, milliseconds.
+    #[arg(long, env = "AMBLE_CLUSTER_HEARTBEAT_MS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u64).range(10..))]
+    pub cluster_heartbeat_ms: u64,
+
+    /// A node not heard from for this long (milliseconds) is down: its
+    /// members leave every room with reason SERVER_LOST.
+    #[arg(long, env = "AMBLE_CLUSTER_NODE_TIMEOUT_MS", default_value_t = 3_000,
+          value_parser = clap::value_parser!(u64).range(20..))]
+    pub cluster_node_timeout_ms: u64,
+
+    /// How long before each tick (milliseconds) this node publishes its
+    /// members' moves, so other nodes can send them in the same tick.
+    #[arg(long, env = "AMBLE_CLUSTER_LEAD_MS", default_value_t = 20)]
+    pub cluster_lead_ms: u32,
+
+    /// How long (milliseconds) a node opening a room waits for the other
+    /// nodes' parts of it before it welcomes the joiner.
+    #[arg(long, env = "AMBLE_CLUSTER_SNAPSHOT_TIMEOUT_MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u64).range(1..=60_000))]
+    pub cluster_snapshot_timeout_ms: u64,
+
+    /// Messages waiting to be published to NATS, at most; past it they are
+    /// dropped and counted (the other nodes repair through full states).
+    #[arg(long, env = "AMBLE_CLUSTER_QUEUE", default_value_t = 16_384,
+          value_parser = clap::value_parser!(u32).range(16..))]
+    pub cluster_queue: u32,
+
+    /// How long (milliseconds) a node stays subscribed to a room after its
+    /// last local member there left, so a page reload does not reopen it.
+    #[arg(long, env = "AMBLE_CLUSTER_ROOM_LINGER_MS", default_value_t = 1_000)]
+    pub cluster_room_linger_ms: u64,
+
     // ---- Logging ----
     /// Log as JSON lines (for containers) instead of text. Takes an
     /// optional value: 1/0, yes/no, true/false, on/off.
@@ -322,6 +435,36 @@ pub struct TokenArgs {
     /// `--auth-hs256-secret-file`).
     #[arg(long, env = "AMBLE_AUTH_HS256_SECRET_FILE", value_name = "PATH")]
     pub secret_file: std::path::PathBuf,
+}
+
+/// Checks a `--node-name`: `[A-Za-z0-9_-]{1,64}`.
+pub fn parse_node_name(text: &str) -> Result<String, String> {
+    if crate::cluster::wire::valid_node_name(text) {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?}: 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-'"
+        ))
+    }
+}
+
+/// Checks a `--cluster-prefix`: one or more NATS tokens of
+/// `[A-Za-z0-9_-]`, separated by single dots.
+pub fn parse_cluster_prefix(text: &str) -> Result<String, String> {
+    let ok = !text.is_empty()
+        && text.len() <= 64
+        && text.split('.').all(|t| {
+            !t.is_empty()
+                && t.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-'))
+        });
+    if ok {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?}: tokens of A-Z, a-z, 0-9, '_' and '-' separated by single dots, at most 64 characters"
+        ))
+    }
 }
 
 /// The longest `--ttl` accepted.

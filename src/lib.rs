@@ -21,6 +21,8 @@
 //! - [`handshake`], [`origin`], [`metrics_token`]: what is refused at the
 //!   door (a bad WebSocket handshake, a foreign page, a scraper without the
 //!   token).
+//! - [`cluster`]: cluster mode (`--nats`): rooms shared by several nodes
+//!   through NATS; the transport, the peer directory and the wire format.
 //! - [`metrics`], [`config`], [`clock`].
 //!
 //! [`serve`] runs the whole server on a listener until a shutdown future
@@ -30,6 +32,7 @@ pub mod addresses;
 pub mod app;
 pub mod auth;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod connection;
 pub mod fanout;
@@ -120,7 +123,21 @@ pub async fn serve(
             ehttp = capacity.http,
         );
     }
+    let port = listener.local_addr()?.port();
+    let cluster_settings = cluster::ClusterSettings::from_config(&config, port)
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
     let (shared, http) = state(config, gate, metrics_token, capacity, open_files);
+    if let Some(settings) = cluster_settings {
+        let cluster = cluster::link::start(
+            settings,
+            Arc::clone(&shared.metrics),
+            shared.rules.clone(),
+            shared.clock,
+        )
+        .await
+        .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+        let _ = shared.cluster.set(cluster);
+    }
     let config = Arc::clone(&shared.config);
     let token = shared.shutdown.clone();
     let ticker = tokio::spawn(Arc::clone(&shared.rooms).run_ticker(token.clone()));
@@ -136,6 +153,12 @@ pub async fn serve(
 
     shutdown.await;
     let stop_by = tokio::time::Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
+    if let Some(cluster) = shared.cluster.get() {
+        // First, so the other nodes remove this node's members at once.
+        let rooms = u32::try_from(shared.metrics.rooms.get()).unwrap_or(0);
+        let members = u32::try_from(shared.metrics.members.get()).unwrap_or(0);
+        cluster.stop(rooms, members).await;
+    }
     info!("shutting down: closing every connection with 1001");
     shared.rooms.begin_shutdown();
     token.cancel();
@@ -208,6 +231,7 @@ pub(crate) fn state(
         shutdown: CancellationToken::new(),
         sockets: TaskTracker::new(),
         metrics_token,
+        cluster: std::sync::OnceLock::new(),
         config,
     });
     let http = Http::new(Arc::clone(&shared), capacity.http as usize);

@@ -100,6 +100,25 @@ pub struct Metrics {
     /// Members replaced by a newer connection of the same user.
     pub auth_replaced: Counter,
 
+    // ---- Cluster (NATS) ----
+    /// Registered only in cluster mode (see [`Metrics::enable_cluster`]).
+    pub cluster_on: std::sync::atomic::AtomicBool,
+    pub cluster_connected: Gauge,
+    pub cluster_peers: Gauge,
+    pub cluster_remote_members: Gauge,
+    pub cluster_rooms_subscribed: Gauge,
+    pub cluster_messages_published: Counter,
+    pub cluster_bytes_published: Counter,
+    pub cluster_messages_received: Counter,
+    pub cluster_bytes_received: Counter,
+    pub cluster_resyncs: Counter,
+    pub cluster_remote_moves: Counter,
+    pub cluster_remote_moves_late: Counter,
+    pub cluster_dropped: Counter,
+    pub cluster_bad_messages: Counter,
+    pub cluster_nodes_lost: Counter,
+    pub cluster_id_conflicts: Counter,
+
     registry: std::sync::OnceLock<Registry>,
 }
 
@@ -159,6 +178,12 @@ impl Metrics {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// Registers the cluster metrics: call before the first render.
+    pub fn enable_cluster(&self) {
+        self.cluster_on
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Counts one frame sent to a client.
@@ -363,6 +388,35 @@ impl Metrics {
                 self.auth_replaced.clone(),
             );
 
+            // ---- Cluster (NATS) ----
+            if self.cluster_on.load(std::sync::atomic::Ordering::Relaxed) {
+                let gauges = [
+                    ("cluster_connected", "1 while connected to NATS, else 0", &self.cluster_connected),
+                    ("cluster_peers", "Other amble nodes alive in the cluster", &self.cluster_peers),
+                    ("cluster_remote_members", "Members on other nodes in this node's rooms", &self.cluster_remote_members),
+                    ("cluster_rooms_subscribed", "Rooms this node is subscribed to on NATS", &self.cluster_rooms_subscribed),
+                ];
+                for (name, help, gauge) in gauges {
+                    r.register(name, help, gauge.clone());
+                }
+                let counters = [
+                    ("cluster_messages_published", "Messages published to NATS", &self.cluster_messages_published),
+                    ("cluster_bytes_published", "Payload bytes published to NATS", &self.cluster_bytes_published),
+                    ("cluster_messages_received", "Messages received from NATS", &self.cluster_messages_received),
+                    ("cluster_bytes_received", "Payload bytes received from NATS", &self.cluster_bytes_received),
+                    ("cluster_resyncs", "Full states of another node's part of a room applied to repair a gap, an unknown part, a return or a reconnect", &self.cluster_resyncs),
+                    ("cluster_remote_moves", "Moves of members on other nodes applied here", &self.cluster_remote_moves),
+                    ("cluster_remote_moves_late", "Remote moves that missed the tick they were cut for (slipped a tick)", &self.cluster_remote_moves_late),
+                    ("cluster_dropped", "Messages not published because the outgoing queue was full", &self.cluster_dropped),
+                    ("cluster_bad_messages", "Cluster messages dropped as malformed or out of range", &self.cluster_bad_messages),
+                    ("cluster_nodes_lost", "Peers declared down after the node timeout", &self.cluster_nodes_lost),
+                    ("cluster_id_conflicts", "Remote members dropped because their id was taken, and slot clashes seen", &self.cluster_id_conflicts),
+                ];
+                for (name, help, counter) in counters {
+                    r.register(name, help, counter.clone());
+                }
+            }
+
             r.register_collector(Box::new(ProcessCollector));
             r
         })
@@ -451,5 +505,20 @@ mod tests {
             "{text}"
         );
         assert_eq!(m.rejected_count(ErrorCode::InvalidPosition), 2);
+    }
+
+    #[test]
+    fn cluster_metrics_render_only_in_cluster_mode() {
+        let alone = Metrics::default();
+        assert!(!alone.render().contains("cluster"));
+        let node = Metrics::default();
+        node.enable_cluster();
+        node.cluster_remote_moves_late.inc();
+        let text = node.render();
+        assert!(text.contains("amble_cluster_connected 0\n"), "{text}");
+        assert!(
+            text.contains("amble_cluster_remote_moves_late_total 1\n"),
+            "{text}"
+        );
     }
 }

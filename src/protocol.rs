@@ -310,6 +310,15 @@ pub struct MotionRecord {
 pub fn encode_motion(time: u32, records: &[MotionRecord]) -> Bytes {
     let mut motion = Vec::with_capacity(1 + records.len() * 6);
     motion.push(time);
+    push_records(&mut motion, records);
+    pb::ServerMessage { body: None, motion }
+        .encode_to_vec()
+        .into()
+}
+
+/// Appends `records` to a packed motion field, without a time word (a
+/// batch's layout after its time; cluster messages carry records so).
+pub fn push_records(motion: &mut Vec<u32>, records: &[MotionRecord]) {
     for r in records {
         let head = r.member.0 * 2 + u32::from(r.motion.walk.is_some());
         motion.extend([head, r.motion.position.x, r.motion.position.y]);
@@ -317,9 +326,6 @@ pub fn encode_motion(time: u32, records: &[MotionRecord]) -> Bytes {
             motion.extend([w.target.x, w.target.y, w.speed]);
         }
     }
-    pb::ServerMessage { body: None, motion }
-        .encode_to_vec()
-        .into()
 }
 
 /// Why a motion batch could not be read.
@@ -335,7 +341,12 @@ pub enum MotionError {
 
 /// Splits a motion batch into its time and records.
 pub fn decode_motion(motion: &[u32]) -> Result<(u32, Vec<MotionRecord>), MotionError> {
-    let (&time, mut rest) = motion.split_first().ok_or(MotionError::Empty)?;
+    let (&time, rest) = motion.split_first().ok_or(MotionError::Empty)?;
+    Ok((time, decode_records(rest)?))
+}
+
+/// Splits packed motion records (no time word) into records.
+pub fn decode_records(mut rest: &[u32]) -> Result<Vec<MotionRecord>, MotionError> {
     let mut records = Vec::with_capacity(rest.len() / 3);
     while let Some(&head) = rest.first() {
         let walk = head % 2 == 1;
@@ -358,7 +369,7 @@ pub fn decode_motion(motion: &[u32]) -> Result<(u32, Vec<MotionRecord>), MotionE
         });
         rest = &rest[len..];
     }
-    Ok((time, records))
+    Ok(records)
 }
 
 /// Encodes a client message (used by the load tester and the tests).

@@ -1,0 +1,314 @@
+//! The peer directory: which other nodes are alive, by (name, epoch).
+//!
+//! Pure: the caller passes `now`, so every rule is tested at exact
+//! instants. Any message from a peer counts as a sign of life. A peer
+//! silent for the node timeout is down; a `bye` removes it at once; a new
+//! epoch under a known name replaces the old one at once, and messages still
+//! in flight from a replaced (or departed) epoch are recognised as stale and
+//! ignored, so they cannot bring it back.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::wire::Origin;
+
+/// The most peers remembered; past it, the longest-down peer is forgotten.
+pub const MAX_PEERS: usize = 4_096;
+/// Retired epochs remembered per node name.
+const RETIRED_PER_NODE: usize = 4;
+
+/// One known peer.
+#[derive(Clone, Debug)]
+pub struct Peer {
+    pub epoch: u64,
+    pub slot: u32,
+    pub last_seen: Instant,
+    /// Declared down (silent for the timeout) and not heard since.
+    pub down: bool,
+    /// Retired epochs of this name: their messages are stale.
+    retired: Vec<u64>,
+}
+
+/// What hearing from a peer means.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// A message from ourselves under our own name but another epoch (a
+    /// second process with our name), or from a retired epoch: ignore it.
+    Stale,
+    /// A live peer, as known.
+    Known,
+    /// A node not known before.
+    New { slot_clash: bool },
+    /// A peer declared down is heard again: take it back (full states).
+    Returned,
+    /// A known name with a new epoch: the old epoch's members go at once.
+    Replaced { old_epoch: u64, slot_clash: bool },
+}
+
+/// The directory of peers.
+#[derive(Debug)]
+pub struct Directory {
+    me: Origin,
+    timeout: Duration,
+    peers: HashMap<Arc<str>, Peer>,
+}
+
+impl Directory {
+    pub fn new(me: Origin, timeout: Duration) -> Self {
+        Self {
+            me,
+            timeout,
+            peers: HashMap::new(),
+        }
+    }
+
+    /// Records a message from `from` at `now`.
+    pub fn seen(&mut self, from: &Origin, now: Instant) -> Seen {
+        if from.node == self.me.node {
+            return Seen::Stale;
+        }
+        let clash = self.slot_clash(from);
+        if let Some(peer) = self.peers.get_mut(&from.node) {
+            if peer.epoch == from.epoch {
+                peer.last_seen = now;
+                peer.slot = from.slot;
+                if peer.down {
+                    peer.down = false;
+                    return Seen::Returned;
+                }
+                return Seen::Known;
+            }
+            if peer.retired.contains(&from.epoch) {
+                return Seen::Stale;
+            }
+            let old_epoch = peer.epoch;
+            if peer.retired.len() == RETIRED_PER_NODE {
+                peer.retired.remove(0);
+            }
+            peer.retired.push(old_epoch);
+            peer.epoch = from.epoch;
+            peer.slot = from.slot;
+            peer.last_seen = now;
+            peer.down = false;
+            return Seen::Replaced {
+                old_epoch,
+                slot_clash: clash,
+            };
+        }
+        if self.peers.len() >= MAX_PEERS {
+            self.forget_one();
+        }
+        self.peers.insert(
+            Arc::clone(&from.node),
+            Peer {
+                epoch: from.epoch,
+                slot: from.slot,
+                last_seen: now,
+                down: false,
+                retired: Vec::new(),
+            },
+        );
+        Seen::New { slot_clash: clash }
+    }
+
+    /// Whether another live node (this one included) holds `from`'s slot.
+    fn slot_clash(&self, from: &Origin) -> bool {
+        if from.slot == self.me.slot {
+            return true;
+        }
+        self.peers
+            .iter()
+            .any(|(name, p)| **name != *from.node && !p.down && p.slot == from.slot)
+    }
+
+    fn forget_one(&mut self) {
+        let oldest = self
+            .peers
+            .iter()
+            .min_by_key(|(_, p)| (!p.down, p.last_seen))
+            .map(|(name, _)| Arc::clone(name));
+        if let Some(name) = oldest {
+            self.peers.remove(&name);
+        }
+    }
+
+    /// A graceful stop of `from`: true if it was a live peer, whose members
+    /// must go now. Its epoch is retired, so late messages are stale.
+    pub fn bye(&mut self, from: &Origin) -> bool {
+        match self.peers.get_mut(&from.node) {
+            Some(peer) if peer.epoch == from.epoch => {
+                let was_live = !peer.down;
+                peer.down = true;
+                if peer.retired.len() == RETIRED_PER_NODE {
+                    peer.retired.remove(0);
+                }
+                peer.retired.push(from.epoch);
+                // Any new incarnation is a Replaced, never a Returned.
+                peer.epoch = 0;
+                was_live
+            }
+            _ => false,
+        }
+    }
+
+    /// Declares down every live peer silent for longer than the timeout,
+    /// and returns them (name, epoch).
+    pub fn expire(&mut self, now: Instant) -> Vec<(Arc<str>, u64)> {
+        let mut lost = Vec::new();
+        for (name, peer) in &mut self.peers {
+            if !peer.down && now.saturating_duration_since(peer.last_seen) > self.timeout {
+                peer.down = true;
+                lost.push((Arc::clone(name), peer.epoch));
+            }
+        }
+        lost
+    }
+
+    /// This node was stalled (frozen, starved) until `now`: what it did not
+    /// hear meanwhile says nothing about its peers, so each live peer gets
+    /// a fresh timeout.
+    pub fn stalled(&mut self, now: Instant) {
+        for peer in self.peers.values_mut().filter(|p| !p.down) {
+            peer.last_seen = now;
+        }
+    }
+
+    /// Live peers.
+    pub fn live(&self) -> usize {
+        self.peers.values().filter(|p| !p.down).count()
+    }
+
+    /// Whether `(node, epoch)` is a live peer.
+    pub fn is_live(&self, node: &str, epoch: u64) -> bool {
+        self.peers
+            .get(node)
+            .is_some_and(|p| !p.down && p.epoch == epoch)
+    }
+
+    /// The current epoch of live peer `node`.
+    pub fn live_epoch(&self, node: &str) -> Option<u64> {
+        self.peers.get(node).filter(|p| !p.down).map(|p| p.epoch)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn origin(node: &str, epoch: u64, slot: u32) -> Origin {
+        Origin {
+            node: Arc::from(node),
+            epoch,
+            slot,
+            slots: 16,
+        }
+    }
+
+    fn dir() -> Directory {
+        Directory::new(origin("me", 1, 0), Duration::from_millis(3_000))
+    }
+
+    #[test]
+    fn a_peer_is_new_then_known_then_down_after_the_timeout() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        let a = origin("a", 7, 1);
+        assert_eq!(d.seen(&a, t0), Seen::New { slot_clash: false });
+        assert_eq!(d.seen(&a, t0 + Duration::from_secs(1)), Seen::Known);
+        assert_eq!(d.live(), 1);
+        assert!(d.expire(t0 + Duration::from_millis(4_000)).is_empty());
+        let lost = d.expire(t0 + Duration::from_millis(4_001));
+        assert_eq!(lost, vec![(Arc::from("a"), 7)]);
+        assert_eq!(d.live(), 0);
+        assert!(!d.is_live("a", 7));
+        // Declared once only.
+        assert!(d.expire(t0 + Duration::from_secs(9)).is_empty());
+        // Heard again: returned.
+        assert_eq!(d.seen(&a, t0 + Duration::from_secs(10)), Seen::Returned);
+        assert!(d.is_live("a", 7));
+    }
+
+    #[test]
+    fn a_new_epoch_replaces_the_old_and_the_old_is_stale() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        d.seen(&origin("a", 7, 1), t0);
+        assert_eq!(
+            d.seen(&origin("a", 8, 1), t0),
+            Seen::Replaced {
+                old_epoch: 7,
+                slot_clash: false
+            }
+        );
+        assert_eq!(d.seen(&origin("a", 7, 1), t0), Seen::Stale);
+        assert_eq!(d.live_epoch("a"), Some(8));
+    }
+
+    #[test]
+    fn bye_removes_at_once_and_late_messages_cannot_revive() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        let a = origin("a", 7, 1);
+        d.seen(&a, t0);
+        assert!(d.bye(&a));
+        assert!(!d.bye(&a), "a second bye changes nothing");
+        assert_eq!(d.live(), 0);
+        assert_eq!(d.seen(&a, t0), Seen::Stale);
+        assert!(d.expire(t0 + Duration::from_secs(10)).is_empty());
+        // The restarted node is a replacement.
+        assert!(matches!(
+            d.seen(&origin("a", 9, 1), t0),
+            Seen::Replaced { .. }
+        ));
+        assert!(d.is_live("a", 9));
+    }
+
+    #[test]
+    fn our_own_name_is_never_a_peer() {
+        let mut d = dir();
+        assert_eq!(d.seen(&origin("me", 2, 0), Instant::now()), Seen::Stale);
+        assert_eq!(d.live(), 0);
+    }
+
+    #[test]
+    fn slot_clashes_with_us_or_a_live_peer_are_reported() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        assert_eq!(
+            d.seen(&origin("a", 1, 0), t0),
+            Seen::New { slot_clash: true }
+        );
+        assert_eq!(
+            d.seen(&origin("b", 1, 3), t0),
+            Seen::New { slot_clash: false }
+        );
+        assert_eq!(
+            d.seen(&origin("c", 1, 3), t0),
+            Seen::New { slot_clash: true }
+        );
+    }
+
+    #[test]
+    fn a_stall_gives_every_live_peer_a_fresh_timeout() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        d.seen(&origin("a", 1, 1), t0);
+        let late = t0 + Duration::from_secs(20);
+        d.stalled(late);
+        assert!(d.expire(late + Duration::from_secs(2)).is_empty());
+        assert_eq!(d.expire(late + Duration::from_secs(4)).len(), 1);
+    }
+
+    #[test]
+    fn the_directory_is_bounded() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        for i in 0..MAX_PEERS + 10 {
+            d.seen(&origin(&format!("n{i}"), 1, 1), t0);
+        }
+        assert_eq!(d.peers.len(), MAX_PEERS);
+    }
+}

@@ -1,0 +1,501 @@
+//! Cluster mode: rooms shared by several amble nodes through NATS.
+//!
+//! Each node is the single writer of its own members. A room on a node
+//! holds its local members and a replica of every other node's part, kept
+//! by `room::remote` from the [`wire::Update`]s this module hands it. This
+//! module is the transport and the membership of nodes; it never touches a
+//! socket or a member:
+//!
+//! - [`wire`]: the `amble.cluster.v1` messages, encoded and checked. Pure.
+//! - [`directory`]: which peers are alive, by (name, epoch). Pure.
+//! - [`link`]: the NATS client on a runtime of its own (one OS thread):
+//!   connection, subscriptions, heartbeats, the outgoing queue, requests.
+//!
+//! [`Cluster`] is the handle the rest of the server holds. Rooms never await
+//! NATS under a lock or in the tick: they push encoded messages into a
+//! bounded queue ([`Cluster::publish`], drops counted), and remote updates
+//! come back through a bounded channel to a task on the server's runtime,
+//! in the order NATS delivered them.
+
+pub mod directory;
+pub mod link;
+pub mod wire;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
+use std::time::Duration;
+
+use async_nats::Subject;
+use bytes::Bytes;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, warn};
+
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::protocol::Rules;
+use directory::Directory;
+use wire::{Origin, Update, cpb};
+
+/// How a cluster node runs: from the config and the port bound.
+#[derive(Clone, Debug)]
+pub struct ClusterSettings {
+    pub urls: Vec<String>,
+    pub creds_file: Option<PathBuf>,
+    pub token_file: Option<PathBuf>,
+    pub user: Option<String>,
+    pub password_file: Option<PathBuf>,
+    pub tls_ca_file: Option<PathBuf>,
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_key_file: Option<PathBuf>,
+    pub require_tls: bool,
+    pub node: String,
+    pub slot: u32,
+    pub slots: u32,
+    pub prefix: String,
+    pub heartbeat: Duration,
+    pub node_timeout: Duration,
+    pub lead: Duration,
+    pub snapshot_timeout: Duration,
+    pub queue: usize,
+    pub linger: Duration,
+}
+
+impl ClusterSettings {
+    /// The settings for `config` on `port`, or `None` without `--nats`.
+    pub fn from_config(config: &Config, port: u16) -> Result<Option<Self>, String> {
+        if config.nats.is_empty() {
+            return Ok(None);
+        }
+        let node = match &config.node_name {
+            Some(name) => name.clone(),
+            None => default_node_name(&host_name(), port),
+        };
+        let slots = config.cluster_slots;
+        let slot = match config.node_slot {
+            Some(slot) if slot < slots => slot,
+            Some(slot) => {
+                return Err(format!(
+                    "--node-slot {slot} must be below --cluster-slots {slots}"
+                ));
+            }
+            None => default_slot(&node, slots),
+        };
+        if config.cluster_lead_ms >= config.tick_ms && config.tick_ms > 0 {
+            return Err(format!(
+                "--cluster-lead-ms {} must be below --tick-ms {}",
+                config.cluster_lead_ms, config.tick_ms
+            ));
+        }
+        Ok(Some(Self {
+            urls: config.nats.clone(),
+            creds_file: config.nats_creds_file.clone(),
+            token_file: config.nats_token_file.clone(),
+            user: config.nats_user.clone(),
+            password_file: config.nats_password_file.clone(),
+            tls_ca_file: config.nats_tls_ca_file.clone(),
+            tls_cert_file: config.nats_tls_cert_file.clone(),
+            tls_key_file: config.nats_tls_key_file.clone(),
+            require_tls: config.nats_require_tls,
+            node,
+            slot,
+            slots,
+            prefix: config.cluster_prefix.clone(),
+            heartbeat: Duration::from_millis(config.cluster_heartbeat_ms),
+            node_timeout: Duration::from_millis(config.cluster_node_timeout_ms),
+            lead: Duration::from_millis(u64::from(config.cluster_lead_ms)),
+            snapshot_timeout: Duration::from_millis(config.cluster_snapshot_timeout_ms),
+            queue: config.cluster_queue as usize,
+            linger: Duration::from_millis(config.cluster_room_linger_ms),
+        }))
+    }
+}
+
+/// This machine's host name, or `amble` when it cannot be read.
+fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "amble".to_owned())
+}
+
+/// The default node name: the host name's first label, with anything
+/// outside `[A-Za-z0-9_-]` made a `-`, then `-PORT`.
+pub fn default_node_name(host: &str, port: u16) -> String {
+    let label = host.split('.').next().unwrap_or_default();
+    let mut name: String = label
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(wire::MAX_NODE_CHARS - 6)
+        .collect();
+    if name.is_empty() {
+        name.push_str("amble");
+    }
+    format!("{name}-{port}")
+}
+
+/// The default slot: the name's trailing number mod `slots`, else a stable
+/// hash (FNV-1a) of the name mod `slots`.
+pub fn default_slot(name: &str, slots: u32) -> u32 {
+    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+    let tail = &name[name.len() - digits..];
+    // At most 20 digits are read (the rest cannot change a u64 parse's
+    // fit); a longer run falls back to the hash.
+    if !tail.is_empty()
+        && let Ok(n) = tail.parse::<u64>()
+    {
+        // The remainder is below `slots`, a u32.
+        return (n % u64::from(slots)) as u32;
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % u64::from(slots)) as u32
+}
+
+/// What the rooms give the cluster, and take from it. `room::Rooms`
+/// implements it; the cluster holds it weakly (rooms own the cluster
+/// handle, not the other way round).
+pub trait RoomSide: Send + Sync {
+    /// Queues this node's full part of `room` to `to` (the room's subject
+    /// when `None`). False when the room is not open here.
+    fn publish_full(&self, room: &str, to: Option<Subject>) -> bool;
+    /// Rooms open (subscribed) on this node.
+    fn open_rooms(&self) -> Vec<String>;
+    /// Local members per room, for `/api/rooms` across the cluster.
+    fn local_counts(&self) -> Vec<(String, u32)>;
+    /// Applies another node's update to `room` (on the server runtime, in
+    /// NATS order).
+    fn apply(&self, room: &str, update: Update);
+    /// Removes every member of `node` in epoch `epoch` from every room, with
+    /// `Left{SERVER_LOST}`.
+    fn drop_node(&self, node: &str, epoch: u64);
+}
+
+/// Members per room name.
+pub type RoomCounts = Vec<(String, u32)>;
+
+/// What the link hands the server runtime, in order.
+pub enum Inbound {
+    Update(Arc<str>, Update),
+    DropNode(Arc<str>, u64),
+}
+
+/// The handle to this node's cluster membership.
+pub struct Cluster {
+    pub settings: ClusterSettings,
+    me: Origin,
+    me_pb: cpb::Origin,
+    rules: Rules,
+    metrics: Arc<Metrics>,
+    client: async_nats::Client,
+    /// The NATS runtime, where subscriptions are read.
+    link: tokio::runtime::Handle,
+    out: mpsc::Sender<(Subject, Bytes)>,
+    inbound: mpsc::Sender<Inbound>,
+    directory: Mutex<Directory>,
+    connected: AtomicBool,
+    /// When the NATS connection was lost (None while connected).
+    down_since: Mutex<Option<Instant>>,
+    started: Instant,
+    /// One token per room subscription; cancelling it unsubscribes.
+    subs: Mutex<HashMap<Arc<str>, CancellationToken>>,
+    /// `/api/rooms` across the cluster, cached for a second.
+    counts: tokio::sync::Mutex<Option<(Instant, RoomCounts)>>,
+    rooms: OnceLock<Weak<dyn RoomSide>>,
+    stop: CancellationToken,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section writes whole values.
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl Cluster {
+    pub fn me(&self) -> &Origin {
+        &self.me
+    }
+
+    pub fn origin_pb(&self) -> &cpb::Origin {
+        &self.me_pb
+    }
+
+    pub fn slot(&self) -> u32 {
+        self.me.slot
+    }
+
+    pub fn slots(&self) -> u32 {
+        self.me.slots
+    }
+
+    pub fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
+    pub fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Gives the cluster its rooms.
+    pub fn attach(&self, rooms: Weak<dyn RoomSide>) {
+        let _ = self.rooms.set(rooms);
+    }
+
+    fn room_side(&self) -> Option<Arc<dyn RoomSide>> {
+        self.rooms.get().and_then(Weak::upgrade)
+    }
+
+    /// `P.r.<room>`.
+    pub fn room_subject(&self, room: &str) -> Subject {
+        Subject::from(format!(
+            "{}.r.{}",
+            self.settings.prefix,
+            wire::room_token(room)
+        ))
+    }
+
+    fn subject(&self, tail: &str) -> Subject {
+        Subject::from(format!("{}.{tail}", self.settings.prefix))
+    }
+
+    /// Queues `payload` for `subject` without waiting: never blocks, so a
+    /// room may call it under its lock. A full queue drops it (counted);
+    /// the receivers see a gap and ask for a full state.
+    pub fn publish(&self, subject: Subject, payload: Bytes) {
+        if self.out.try_send((subject, payload)).is_err() {
+            self.metrics.cluster_dropped.inc();
+        }
+    }
+
+    /// Asks `node` to publish its full state of `room` (a gap, an unknown
+    /// part). Never blocks.
+    pub fn request_sync(&self, node: &str, rooms: Vec<String>) {
+        let subject = self.subject(&format!("n.{node}"));
+        self.publish(subject, wire::encode_sync_request(&self.me_pb, rooms));
+    }
+
+    /// Whether `(node, epoch)` is a live peer.
+    pub fn is_live(&self, node: &str, epoch: u64) -> bool {
+        lock(&self.directory).is_live(node, epoch)
+    }
+
+    /// Opens `room` on this node: subscribes to its subject, waits until
+    /// NATS has the subscription, then asks every node for its part and
+    /// gathers the answers until every live peer answered or the snapshot
+    /// timeout. Returns their full states (a node with nobody there answers
+    /// with an empty one).
+    pub async fn open(self: &Arc<Self>, room: &str) -> Vec<Update> {
+        let deadline = Instant::now() + self.settings.snapshot_timeout;
+        link::subscribe_room(self, room).await;
+        let _ = tokio::time::timeout_at(deadline, self.client.flush()).await;
+        let request = wire::encode_snapshot_request(&self.me_pb);
+        let subject = self.subject(&format!("s.{}", wire::room_token(room)));
+        let answers = link::gather(self, subject, request, deadline).await;
+        let mut fulls = Vec::with_capacity(answers.len());
+        for bytes in answers {
+            match wire::decode_update(&bytes, self.me.slots, &self.rules) {
+                Ok(update) if update.full => {
+                    if self.observe(&update.origin) {
+                        fulls.push(update);
+                    }
+                }
+                Ok(_) => self.bad("snapshot answer is not a full state"),
+                Err(err) => self.bad(&err.to_string()),
+            }
+        }
+        fulls
+    }
+
+    /// Stops the subscription to `room` (its last local member left and the
+    /// linger passed).
+    pub fn close(&self, room: &str) {
+        if let Some(token) = lock(&self.subs).remove(room) {
+            token.cancel();
+            self.metrics.cluster_rooms_subscribed.dec();
+        }
+    }
+
+    /// How many peers answer a request now, and whether this node is too
+    /// new to know them all (then a request waits for its deadline).
+    fn expected_answers(&self) -> (usize, bool) {
+        let young = self.started.elapsed() < self.settings.heartbeat + self.settings.heartbeat / 2;
+        (lock(&self.directory).live(), young)
+    }
+
+    /// Records a message from `from`; false if it is stale (a retired
+    /// epoch, or our own name): drop it.
+    fn observe(&self, from: &Origin) -> bool {
+        link::observe(self, from)
+    }
+
+    fn bad(&self, why: &str) {
+        self.metrics.cluster_bad_messages.inc();
+        debug!(why, "cluster message dropped");
+    }
+
+    /// Local member counts per room across the cluster, for `/api/rooms`:
+    /// this node's plus every live peer's answer, cached for a second.
+    pub async fn room_counts(self: &Arc<Self>) -> Vec<(String, u32)> {
+        let mut cache = self.counts.lock().await;
+        if let Some((at, counts)) = cache.as_ref()
+            && at.elapsed() < Duration::from_secs(1)
+        {
+            return counts.clone();
+        }
+        let mut total: HashMap<String, u32> = HashMap::new();
+        if let Some(rooms) = self.room_side() {
+            for (name, n) in rooms.local_counts() {
+                *total.entry(name).or_default() += n;
+            }
+        }
+        let deadline = Instant::now() + self.settings.snapshot_timeout;
+        let answers = link::gather(
+            self,
+            self.subject("q.rooms"),
+            wire::encode_room_counts(&self.me_pb, Vec::new()),
+            deadline,
+        )
+        .await;
+        for bytes in answers {
+            match wire::decode_room_counts(&bytes, self.me.slots, &self.rules) {
+                Ok((from, rooms)) => {
+                    if self.observe(&from) {
+                        for (name, n) in rooms {
+                            let entry = total.entry(name).or_default();
+                            *entry = entry.saturating_add(n);
+                        }
+                    }
+                }
+                Err(err) => self.bad(&err.to_string()),
+            }
+        }
+        let mut counts: Vec<(String, u32)> = total.into_iter().filter(|(_, n)| *n > 0).collect();
+        counts.sort();
+        *cache = Some((Instant::now(), counts.clone()));
+        counts
+    }
+
+    /// The second line of `/healthz`.
+    pub fn health_line(&self) -> String {
+        let node = &self.me.node;
+        if self.connected.load(Ordering::Relaxed) {
+            let peers = lock(&self.directory).live();
+            let s = if peers == 1 { "" } else { "s" };
+            format!("cluster {node}: connected, {peers} peer{s}")
+        } else {
+            let secs = lock(&self.down_since)
+                .map_or(self.started.elapsed(), |at| at.elapsed())
+                .as_secs();
+            format!("cluster {node}: NATS unreachable for {secs}s; serving local members only")
+        }
+    }
+
+    /// Graceful stop: tells the other nodes (`bye`) so they remove this
+    /// node's members at once, then closes the link.
+    pub async fn stop(&self, rooms: u32, members: u32) {
+        let bye = wire::encode_heartbeat(
+            &self.me_pb,
+            cpb::Heartbeat {
+                origin: None,
+                server_time_ms: 0,
+                rooms,
+                members,
+                bye: true,
+            },
+        );
+        let subject = self.subject("hb");
+        let send = async {
+            let _ = self.client.publish(subject, bye).await;
+            let _ = self.client.flush().await;
+        };
+        if tokio::time::timeout(Duration::from_millis(500), send)
+            .await
+            .is_err()
+        {
+            warn!("cluster: the goodbye to the other nodes did not go out in time");
+        }
+        self.stop.cancel();
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Hands what the link received to the rooms, in order, on the server
+/// runtime (writes to sockets run outside tokio's cooperative budget, as
+/// every room write does).
+async fn run_inbound(cluster: Weak<Cluster>, mut rx: mpsc::Receiver<Inbound>) {
+    while let Some(msg) = rx.recv().await {
+        let Some(rooms) = cluster.upgrade().and_then(|c| c.room_side()) else {
+            continue;
+        };
+        tokio::task::unconstrained(async move {
+            match msg {
+                Inbound::Update(room, update) => rooms.apply(&room, update),
+                Inbound::DropNode(node, epoch) => rooms.drop_node(&node, epoch),
+            }
+        })
+        .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_names_and_slots() {
+        assert_eq!(default_node_name("box.example.org", 3000), "box-3000");
+        assert_eq!(default_node_name("we ird!", 3001), "we-ird--3001");
+        assert_eq!(default_node_name("", 80), "amble-80");
+        assert!(wire::valid_node_name(&default_node_name(
+            &"x".repeat(300),
+            65535
+        )));
+        assert_eq!(default_slot("amble-1", 16), 1);
+        assert_eq!(default_slot("box-3001", 16), 9);
+        assert_eq!(default_slot("n17", 16), 1);
+        let hashed = default_slot("alpha", 16);
+        assert!(hashed < 16);
+        assert_eq!(hashed, default_slot("alpha", 16), "stable");
+        // A run of digits too long for a u64 falls back to the hash.
+        assert!(default_slot(&"9".repeat(40), 16) < 16);
+    }
+
+    #[test]
+    fn settings_need_nats_and_check_the_slot_and_lead() {
+        let mut config = Config::default();
+        assert!(
+            ClusterSettings::from_config(&config, 3000)
+                .unwrap()
+                .is_none()
+        );
+        config.nats = vec!["nats://127.0.0.1:4222".into()];
+        config.node_name = Some("n3".into());
+        let s = ClusterSettings::from_config(&config, 3000)
+            .unwrap()
+            .unwrap();
+        assert_eq!((s.node.as_str(), s.slot, s.slots), ("n3", 3, 16));
+        config.node_slot = Some(16);
+        assert!(ClusterSettings::from_config(&config, 3000).is_err());
+        config.node_slot = Some(15);
+        config.cluster_lead_ms = 100;
+        assert!(ClusterSettings::from_config(&config, 3000).is_err());
+    }
+}

@@ -1,0 +1,232 @@
+use super::*;
+
+fn rules() -> Rules {
+    Rules::default()
+}
+
+fn me(node: &str, slot: u32) -> cpb::Origin {
+    cpb::Origin {
+        node: node.into(),
+        epoch: 42,
+        slot,
+        slots: 16,
+    }
+}
+
+fn member(id: u32, x: u32) -> pb::Member {
+    pb::Member {
+        id,
+        name: "Ada".into(),
+        position: Some(pb::Position { x, y: 10 }),
+        walk: None,
+        moved_at_ms: 5,
+    }
+}
+
+fn walk(id: u32) -> MotionRecord {
+    MotionRecord {
+        member: MemberId(id),
+        motion: Motion {
+            position: Position { x: 1, y: 2 },
+            walk: Some(Walk {
+                target: Position { x: 3, y: 4 },
+                speed: 140,
+            }),
+        },
+    }
+}
+
+#[test]
+fn an_update_round_trips() {
+    let records = [walk(17), walk(33)];
+    let bytes = encode_update(
+        &me("n1", 1),
+        UpdateParts {
+            seq: 9,
+            tick_ms: 1_000,
+            ops: vec![
+                joined_op(member(1, 100)),
+                chat_op(pb::ChatMessage {
+                    member_id: 1,
+                    text: "hi".into(),
+                    server_time_ms: 7,
+                }),
+                left_op(MemberId(17), LeaveReason::Left),
+            ],
+            motion: &records,
+            ..Default::default()
+        },
+    );
+    let u = decode_update(&bytes, 16, &rules()).expect("valid");
+    assert_eq!(u.origin.node.as_ref(), "n1");
+    assert_eq!(
+        (u.seq, u.full, u.tick_ms, u.closed),
+        (9, false, 1_000, false)
+    );
+    assert_eq!(u.motion, records);
+    assert_eq!(u.ops.len(), 3);
+    assert!(matches!(&u.ops[0], Op::Joined(m) if m.id == MemberId(1) && m.name == "Ada"));
+    assert!(matches!(&u.ops[1], Op::Chat { id, text, .. } if *id == MemberId(1) && text == "hi"));
+    assert_eq!(
+        u.ops[2],
+        Op::Left {
+            id: MemberId(17),
+            reason: LeaveReason::Left
+        }
+    );
+}
+
+fn one(op: cpb::Op) -> Bytes {
+    encode_update(
+        &me("n1", 1),
+        UpdateParts {
+            seq: 1,
+            ops: vec![op],
+            ..Default::default()
+        },
+    )
+}
+
+#[test]
+fn ids_outside_the_senders_slot_are_refused() {
+    let err = decode_update(&one(joined_op(member(2, 1))), 16, &rules()).unwrap_err();
+    assert!(matches!(err, WireError::Member(_)), "{err}");
+    let err = decode_update(&one(left_op(MemberId(0), LeaveReason::Left)), 16, &rules());
+    assert!(err.is_err());
+    let records = [walk(2)];
+    let bytes = encode_update(
+        &me("n1", 1),
+        UpdateParts {
+            motion: &records,
+            ..Default::default()
+        },
+    );
+    assert!(decode_update(&bytes, 16, &rules()).is_err());
+}
+
+#[test]
+fn member_data_is_range_checked_like_client_input() {
+    let outside = member(1, 5_001);
+    assert!(decode_update(&one(joined_op(outside)), 16, &rules()).is_err());
+    let mut fast = member(1, 1);
+    fast.walk = Some(pb::Walk {
+        target: Some(pb::Position { x: 1, y: 1 }),
+        speed: 1_001,
+    });
+    assert!(decode_update(&one(joined_op(fast)), 16, &rules()).is_err());
+    let mut blank = member(1, 1);
+    blank.name = "   ".into();
+    assert!(decode_update(&one(joined_op(blank)), 16, &rules()).is_err());
+    let chat = chat_op(pb::ChatMessage {
+        member_id: 1,
+        text: "x".repeat(281),
+        server_time_ms: 0,
+    });
+    assert!(decode_update(&one(chat), 16, &rules()).is_err());
+    let bad_reason = cpb::Op {
+        op: Some(cpb::op::Op::Left(pb::Left {
+            member_id: 1,
+            reason: 99,
+        })),
+    };
+    assert!(decode_update(&one(bad_reason), 16, &rules()).is_err());
+    let truncated = cpb::RoomUpdate {
+        origin: Some(me("n1", 1)),
+        motion: vec![3, 1],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    assert!(decode_update(&truncated, 16, &rules()).is_err());
+}
+
+#[test]
+fn origins_are_checked() {
+    assert_eq!(
+        decode_update(&one(joined_op(member(1, 1))), 8, &rules()).unwrap_err(),
+        WireError::Slots {
+            ours: 8,
+            theirs: 16
+        }
+    );
+    for node in ["", "a.b", "a b", &"x".repeat(65)] {
+        let bytes = encode_update(&me(node, 1), UpdateParts::default());
+        assert_eq!(
+            decode_update(&bytes, 16, &rules()).unwrap_err(),
+            WireError::Origin,
+            "{node:?}"
+        );
+    }
+    let bytes = encode_update(&me("n", 16), UpdateParts::default());
+    assert_eq!(
+        decode_update(&bytes, 16, &rules()).unwrap_err(),
+        WireError::Origin
+    );
+    let no_origin = cpb::RoomUpdate::default().encode_to_vec();
+    assert_eq!(
+        decode_update(&no_origin, 16, &rules()).unwrap_err(),
+        WireError::Origin
+    );
+    assert!(matches!(
+        decode_update(b"\xff\xff\xff", 16, &rules()).unwrap_err(),
+        WireError::Malformed(_)
+    ));
+}
+
+#[test]
+fn control_messages_round_trip_and_check_room_names() {
+    let o = me("n2", 2);
+    let hb = encode_heartbeat(
+        &o,
+        cpb::Heartbeat {
+            server_time_ms: 9,
+            rooms: 3,
+            members: 4,
+            bye: true,
+            ..Default::default()
+        },
+    );
+    let hb = decode_heartbeat(&hb, 16).expect("valid");
+    assert_eq!(
+        (hb.server_time_ms, hb.rooms, hb.members, hb.bye),
+        (9, 3, 4, true)
+    );
+    assert_eq!(
+        decode_snapshot_request(&encode_snapshot_request(&o), 16)
+            .expect("valid")
+            .node
+            .as_ref(),
+        "n2"
+    );
+    let sync = encode_sync_request(&o, vec!["lobby".into(), "a.b".into()]);
+    assert_eq!(
+        decode_sync_request(&sync, 16, &rules()).expect("valid").1,
+        vec!["lobby".to_owned(), "a.b".to_owned()]
+    );
+    let bad = encode_sync_request(&o, vec!["no spaces".into()]);
+    assert_eq!(
+        decode_sync_request(&bad, 16, &rules()).unwrap_err(),
+        WireError::Room
+    );
+    let counts = encode_room_counts(&o, vec![("lobby".into(), 3)]);
+    assert_eq!(
+        decode_room_counts(&counts, 16, &rules()).expect("valid").1,
+        vec![("lobby".to_owned(), 3)]
+    );
+}
+
+#[test]
+fn room_tokens_map_one_to_one() {
+    assert_eq!(room_token("a..b.c"), "a~~b~c");
+    assert_eq!(room_from_token(&room_token(".x.")), ".x.");
+    assert_eq!(room_token("lobby"), "lobby");
+}
+
+proptest::proptest! {
+    #[test]
+    fn decoding_never_panics(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..256)) {
+        let _ = decode_update(&bytes, 16, &rules());
+        let _ = decode_heartbeat(&bytes, 16);
+        let _ = decode_sync_request(&bytes, 16, &rules());
+        let _ = decode_room_counts(&bytes, 16, &rules());
+    }
+}
