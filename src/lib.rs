@@ -136,11 +136,13 @@ pub async fn serve(
         )
         .await
         .map_err(|err| std::io::Error::new(std::io::ErrorKind::InvalidInput, err))?;
+        shared.rooms.attach_cluster(Arc::clone(&cluster));
         let _ = shared.cluster.set(cluster);
     }
     let config = Arc::clone(&shared.config);
     let token = shared.shutdown.clone();
     let ticker = tokio::spawn(Arc::clone(&shared.rooms).run_ticker(token.clone()));
+    let cutter = tokio::spawn(Arc::clone(&shared.rooms).run_cutter(token.clone()));
     let accept = tokio::spawn(listener::accept_loop(
         listener,
         Arc::clone(&http),
@@ -180,6 +182,7 @@ pub async fn serve(
         );
     }
     let _ = ticker.await;
+    let _ = cutter.await;
     info!("stopped");
     Ok(())
 }

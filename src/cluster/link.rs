@@ -182,8 +182,10 @@ pub async fn start(
         me,
         rules,
         metrics,
-        client,
-        link: link.clone(),
+        nats: Some(super::Nats {
+            client,
+            link: link.clone(),
+        }),
         out: out_tx,
         inbound: in_tx,
         directory: Mutex::new(directory),
@@ -252,8 +254,9 @@ async fn publisher(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<(Subject, Bytes
 
 /// Publishes now (on the link runtime), counted.
 async fn send(cluster: &Cluster, subject: Subject, payload: Bytes) {
+    let Some(nats) = &cluster.nats else { return };
     let len = payload.len() as u64;
-    match cluster.client.publish(subject, payload).await {
+    match nats.client.publish(subject, payload).await {
         Ok(()) => {
             cluster.metrics.cluster_messages_published.inc();
             cluster.metrics.cluster_bytes_published.inc_by(len);
@@ -399,9 +402,11 @@ pub(super) fn observe(cluster: &Cluster, from: &Origin) -> bool {
             clash(slot_clash);
             live(cluster);
             let drop = Inbound::DropNode(Arc::clone(node), old_epoch);
-            if let Err(mpsc::error::TrySendError::Full(drop)) = cluster.inbound.try_send(drop) {
+            if let Err(mpsc::error::TrySendError::Full(drop)) = cluster.inbound.try_send(drop)
+                && let Some(nats) = &cluster.nats
+            {
                 let tx = cluster.inbound.clone();
-                cluster.link.spawn(async move {
+                nats.link.spawn(async move {
                     let _ = tx.send(drop).await;
                 });
             }
@@ -426,7 +431,8 @@ async fn control(cluster: Arc<Cluster>, kind: Control) {
         Control::Sync => cluster.subject(&format!("n.{}", cluster.me.node)),
         Control::Counts => cluster.subject("q.rooms"),
     };
-    let mut sub = match cluster.client.subscribe(subject.clone()).await {
+    let Some(nats) = &cluster.nats else { return };
+    let mut sub = match nats.client.subscribe(subject.clone()).await {
         Ok(sub) => sub,
         Err(err) => {
             error!(%err, %subject, "cluster: cannot subscribe");
@@ -567,10 +573,10 @@ pub(super) async fn subscribe_room(cluster: &Arc<Cluster>, room: &str) {
         subs.insert(Arc::from(room), token.clone());
     }
     cluster.metrics.cluster_rooms_subscribed.inc();
-    match cluster.client.subscribe(cluster.room_subject(room)).await {
+    let Some(nats) = &cluster.nats else { return };
+    match nats.client.subscribe(cluster.room_subject(room)).await {
         Ok(sub) => {
-            cluster
-                .link
+            nats.link
                 .spawn(read_room(Arc::clone(cluster), Arc::from(room), sub, token));
         }
         Err(err) => {
@@ -623,11 +629,14 @@ pub(super) async fn gather(
 ) -> Vec<Bytes> {
     let (expected, young) = cluster.expected_answers();
     let mut answers = Vec::new();
+    let Some(nats) = &cluster.nats else {
+        return answers;
+    };
     if expected == 0 && !young {
         return answers;
     }
-    let inbox = cluster.client.new_inbox();
-    let mut sub = match cluster.client.subscribe(inbox.clone()).await {
+    let inbox = nats.client.new_inbox();
+    let mut sub = match nats.client.subscribe(inbox.clone()).await {
         Ok(sub) => sub,
         Err(err) => {
             warn!(%err, "cluster: cannot subscribe to a reply inbox");
@@ -635,7 +644,7 @@ pub(super) async fn gather(
         }
     };
     let len = payload.len() as u64;
-    if cluster
+    if nats
         .client
         .publish_with_reply(subject, inbox, payload)
         .await

@@ -201,9 +201,9 @@ pub struct Cluster {
     me_pb: cpb::Origin,
     rules: Rules,
     metrics: Arc<Metrics>,
-    client: async_nats::Client,
-    /// The NATS runtime, where subscriptions are read.
-    link: tokio::runtime::Handle,
+    /// The NATS client and runtime (`None` only in unit tests, where the
+    /// outgoing queue is read by the test).
+    nats: Option<Nats>,
     out: mpsc::Sender<(Subject, Bytes)>,
     inbound: mpsc::Sender<Inbound>,
     directory: Mutex<Directory>,
@@ -217,6 +217,12 @@ pub struct Cluster {
     counts: tokio::sync::Mutex<Option<(Instant, RoomCounts)>>,
     rooms: OnceLock<Weak<dyn RoomSide>>,
     stop: CancellationToken,
+}
+
+/// The NATS client, and the runtime where subscriptions are read.
+pub(crate) struct Nats {
+    client: async_nats::Client,
+    link: tokio::runtime::Handle,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -300,7 +306,9 @@ impl Cluster {
     pub async fn open(self: &Arc<Self>, room: &str) -> Vec<Update> {
         let deadline = Instant::now() + self.settings.snapshot_timeout;
         link::subscribe_room(self, room).await;
-        let _ = tokio::time::timeout_at(deadline, self.client.flush()).await;
+        if let Some(nats) = &self.nats {
+            let _ = tokio::time::timeout_at(deadline, nats.client.flush()).await;
+        }
         let request = wire::encode_snapshot_request(&self.me_pb);
         let subject = self.subject(&format!("s.{}", wire::room_token(room)));
         let answers = link::gather(self, subject, request, deadline).await;
@@ -418,8 +426,10 @@ impl Cluster {
         );
         let subject = self.subject("hb");
         let send = async {
-            let _ = self.client.publish(subject, bye).await;
-            let _ = self.client.flush().await;
+            if let Some(nats) = &self.nats {
+                let _ = nats.client.publish(subject, bye).await;
+                let _ = nats.client.flush().await;
+            }
         };
         if tokio::time::timeout(Duration::from_millis(500), send)
             .await
@@ -428,6 +438,60 @@ impl Cluster {
             warn!("cluster: the goodbye to the other nodes did not go out in time");
         }
         self.stop.cancel();
+    }
+}
+
+impl Cluster {
+    /// A cluster handle with no NATS behind it, for unit tests: what the
+    /// rooms publish lands in the returned receiver.
+    #[cfg(test)]
+    pub(crate) fn detached(
+        settings: ClusterSettings,
+        metrics: Arc<Metrics>,
+    ) -> (Arc<Self>, mpsc::Receiver<(Subject, Bytes)>) {
+        let me = Origin {
+            node: Arc::from(settings.node.as_str()),
+            epoch: 1,
+            slot: settings.slot,
+            slots: settings.slots,
+        };
+        let (out, rx) = mpsc::channel(settings.queue);
+        let (inbound, _) = mpsc::channel(1);
+        let cluster = Arc::new(Self {
+            me_pb: me.to_pb(),
+            directory: Mutex::new(Directory::new(me.clone(), settings.node_timeout)),
+            me,
+            rules: Rules::default(),
+            metrics,
+            nats: None,
+            out,
+            inbound,
+            connected: AtomicBool::new(true),
+            down_since: Mutex::new(None),
+            started: Instant::now(),
+            subs: Mutex::new(HashMap::new()),
+            counts: tokio::sync::Mutex::new(None),
+            rooms: OnceLock::new(),
+            stop: CancellationToken::new(),
+            settings,
+        });
+        (cluster, rx)
+    }
+
+    /// Test settings: node `name` in `slot` of 16.
+    #[cfg(test)]
+    pub(crate) fn test_settings(name: &str, slot: u32) -> ClusterSettings {
+        let config = Config {
+            nats: vec!["nats://127.0.0.1:1".into()],
+            node_name: Some(name.into()),
+            node_slot: Some(slot),
+            cluster_room_linger_ms: 0,
+            ..Config::default()
+        };
+        ClusterSettings::from_config(&config, 1)
+            .ok()
+            .flatten()
+            .expect("valid test settings")
     }
 }
 

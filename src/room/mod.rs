@@ -9,6 +9,11 @@
 //! so a member receives at most one movement frame per tick however many
 //! members moved. Joined, Left and chat frames go out at once.
 //!
+//! In cluster mode (`--nats`) a room also holds the members of other
+//! nodes, as replicas kept by [`remote`]; they live in the same `State` as
+//! local members (their `origin` says whose they are), so snapshots, ids,
+//! capacity and batches see one room. Sinks stay local.
+//!
 //! A member may belong to an app's user (a token's `sub`): a room holds at
 //! most one member per user, and a second join of the same user replaces
 //! the first, whose connection is told through its sink
@@ -63,6 +68,10 @@ pub enum JoinError {
 /// Every room of this server.
 pub struct Rooms {
     map: DashMap<Arc<str>, Arc<Room>>,
+    /// This, for tasks that outlive a call (a room's linger).
+    this: std::sync::Weak<Rooms>,
+    /// Cluster mode: set once at start; `None` costs one check.
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// The next member's seat: ids are reused, seats never are, so a
     /// replaced member's connection cannot act on whoever got its id.
     seats: AtomicU64,
@@ -81,6 +90,9 @@ pub struct Rooms {
 /// sections, never for the sockets.
 pub struct Room {
     name: Arc<str>,
+    /// Cluster mode: done once this node opened the room (subscribed and
+    /// gathered the other nodes' parts).
+    opened: tokio::sync::OnceCell<()>,
     state: Mutex<State>,
     out: Mutex<Out>,
 }
@@ -113,6 +125,8 @@ struct State {
     dirty: Vec<MemberId>,
     /// False once the last member left and the room left the map.
     open: bool,
+    /// Cluster mode: the other nodes' parts and this node's publishing.
+    remote: Option<Box<remote::Remote>>,
 }
 
 struct Member {
@@ -125,6 +139,8 @@ struct Member {
     moved_at_ms: u64,
     /// The newest move not yet applied.
     pending: Option<Motion>,
+    /// The node this member is connected to; `None`: this one.
+    origin: Option<Arc<str>>,
 }
 
 /// A room name, how many members it has and how many it takes, for
@@ -173,7 +189,11 @@ impl State {
         }
     }
 
-    fn lowest_free_id(&self) -> MemberId {
+    /// The lowest free id of `slot` among `slots` (one slot: ids 0, 1, 2...).
+    fn lowest_free_id(&self, slot: u32, slots: u32) -> MemberId {
+        if slots > 1 {
+            return remote::lowest_free_in_slot(&self.members, slot, slots);
+        }
         let mut next = 0;
         for id in self.members.keys() {
             if id.0 != next {
@@ -216,8 +236,10 @@ fn member_pb(id: MemberId, m: &Member) -> pb::Member {
 
 impl Rooms {
     pub fn new(settings: RoomSettings, clock: Clock, metrics: Arc<Metrics>) -> Arc<Self> {
-        Arc::new(Self {
+        Arc::new_cyclic(|this| Self {
             map: DashMap::new(),
+            this: this.clone(),
+            cluster: std::sync::OnceLock::new(),
             seats: AtomicU64::new(0),
             settings,
             clock,
@@ -255,6 +277,9 @@ impl Rooms {
         user: Option<Arc<str>>,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
+        if let Some(cluster) = self.cluster.get() {
+            return self.join_clustered(cluster, room, name, user, sink).await;
+        }
         fan_out(|| self.join_now(room, name, user, sink)).await
     }
 
@@ -269,24 +294,8 @@ impl Rooms {
             if self.shutting_down.load(Ordering::Relaxed) {
                 return Err(JoinError::ShuttingDown);
             }
-            // Clone the room out and drop the map guard before locking it.
-            let entry = self.map.entry(Arc::from(room)).or_insert_with(|| {
-                self.metrics.rooms.inc();
-                Arc::new(Room {
-                    name: Arc::from(room),
-                    state: Mutex::new(State {
-                        members: BTreeMap::new(),
-                        users: HashMap::new(),
-                        dirty: Vec::new(),
-                        open: true,
-                    }),
-                    out: Mutex::new(Out { sinks: Vec::new() }),
-                })
-            });
-            let handle = Arc::clone(entry.value());
-            drop(entry);
-
-            let mut st = handle.state();
+            let handle = self.handle(room);
+            let st = handle.state();
             if !st.open {
                 // Its last member left between our lookup and our lock, and
                 // it is leaving the map. Take it out ourselves (whoever gets
@@ -295,81 +304,126 @@ impl Rooms {
                 self.forget(&handle);
                 continue;
             }
-            let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
-            if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
-                return Err(JoinError::RoomFull {
-                    room: room.to_owned(),
-                    capacity: self.settings.capacity,
-                });
-            }
-            // The user's older member leaves first (its id may be reused).
-            let replaced = match replacing {
-                Some(old) if st.members.remove(&old).is_some() => Some(old),
-                _ => None,
-            };
-            let now_ms = self.clock.now_ms();
-            let id = st.lowest_free_id();
-            if let Some(u) = &user {
-                st.users.insert(Arc::clone(u), id);
-            }
-            let seat = self.seats.fetch_add(1, Ordering::Relaxed);
-            let member = Member {
-                seat,
-                user,
-                name,
-                motion: Motion::standing(spawn_point(&self.settings, id)),
-                moved_at_ms: now_ms,
-                pending: None,
-            };
-            let joined = encode_server(Body::Joined(pb::Joined {
-                member: Some(member_pb(id, &member)),
-            }));
-            st.members.insert(id, member);
-            let welcome = encode_server(Body::Welcome(pb::Welcome {
-                member_id: id.0,
-                room: room.to_owned(),
-                limits: Some(self.settings.limits),
-                snapshot: Some(st.snapshot(now_ms)),
-            }));
-            // In order with every room frame: the first frame the new member
-            // sees after its snapshot is the first one after it.
-            let mut out = handle.out();
-            drop(st);
-            let replaced_sink = replaced.and_then(|old| {
-                let at = out.sinks.iter().position(|(m, _)| *m == old)?;
-                let (_, old_sink) = out.sinks.remove(at);
-                let left = encode_server(Body::Left(pb::Left {
-                    member_id: old.0,
-                    reason: LeaveReason::Replaced as i32,
-                }));
-                out.publish(&left, &self.metrics);
-                Some(old_sink)
-            });
-            out.publish(&joined, &self.metrics);
-            self.metrics.sent_to(1, welcome.len());
-            sink.send_snapshot(welcome);
-            out.sinks.push((id, sink));
-            drop(out);
-            self.metrics.members.inc();
-            if replaced.is_some() {
-                self.metrics.members.dec();
-                self.metrics.auth_replaced.inc();
-            }
-            if let Some(old_sink) = replaced_sink {
-                old_sink.replaced();
-            }
-            return Ok(Membership {
-                rooms: Arc::clone(self),
-                room: handle,
-                id,
-                seat,
-                left: false,
-            });
+            return self.join_locked(&handle, st, name, user, sink);
         }
     }
 
+    /// The room named `room`, created if need be. The map guard is dropped
+    /// before the room is locked.
+    fn handle(&self, room: &str) -> Arc<Room> {
+        let entry = self.map.entry(Arc::from(room)).or_insert_with(|| {
+            self.metrics.rooms.inc();
+            Arc::new(Room {
+                name: Arc::from(room),
+                opened: tokio::sync::OnceCell::new(),
+                state: Mutex::new(State {
+                    members: BTreeMap::new(),
+                    users: HashMap::new(),
+                    dirty: Vec::new(),
+                    open: true,
+                    remote: self
+                        .cluster
+                        .get()
+                        .map(|c| Box::new(remote::Remote::new(c.room_subject(room)))),
+                }),
+                out: Mutex::new(Out { sinks: Vec::new() }),
+            })
+        });
+        let handle = Arc::clone(entry.value());
+        drop(entry);
+        handle
+    }
+
+    /// Joins the open room `handle`, whose state `st` is locked.
+    fn join_locked(
+        self: &Arc<Self>,
+        handle: &Arc<Room>,
+        mut st: MutexGuard<'_, State>,
+        name: String,
+        user: Option<Arc<str>>,
+        sink: Arc<dyn Sink>,
+    ) -> Result<Membership, JoinError> {
+        let room = handle.name();
+        let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
+        if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
+            return Err(JoinError::RoomFull {
+                room: room.to_owned(),
+                capacity: self.settings.capacity,
+            });
+        }
+        // The user's older member leaves first (its id may be reused).
+        let replaced = match replacing {
+            Some(old) if st.members.remove(&old).is_some() => Some(old),
+            _ => None,
+        };
+        let now_ms = self.clock.now_ms();
+        let (slot, slots) = self.cluster.get().map_or((0, 1), |c| (c.slot(), c.slots()));
+        let id = st.lowest_free_id(slot, slots);
+        if let Some(u) = &user {
+            st.users.insert(Arc::clone(u), id);
+        }
+        let seat = self.seats.fetch_add(1, Ordering::Relaxed);
+        let member = Member {
+            seat,
+            user,
+            name,
+            motion: Motion::standing(spawn_point(&self.settings, id)),
+            moved_at_ms: now_ms,
+            pending: None,
+            origin: None,
+        };
+        let joined_pb = member_pb(id, &member);
+        st.members.insert(id, member);
+        if let Some(cluster) = self.cluster.get() {
+            remote::published_join(cluster, &mut st, replaced, joined_pb.clone());
+        }
+        let joined = encode_server(Body::Joined(pb::Joined {
+            member: Some(joined_pb),
+        }));
+        let welcome = encode_server(Body::Welcome(pb::Welcome {
+            member_id: id.0,
+            room: room.to_owned(),
+            limits: Some(self.settings.limits),
+            snapshot: Some(st.snapshot(now_ms)),
+        }));
+        // In order with every room frame: the first frame the new member
+        // sees after its snapshot is the first one after it.
+        let mut out = handle.out();
+        drop(st);
+        let replaced_sink = replaced.and_then(|old| {
+            let at = out.sinks.iter().position(|(m, _)| *m == old)?;
+            let (_, old_sink) = out.sinks.remove(at);
+            let left = encode_server(Body::Left(pb::Left {
+                member_id: old.0,
+                reason: LeaveReason::Replaced as i32,
+            }));
+            out.publish(&left, &self.metrics);
+            Some(old_sink)
+        });
+        out.publish(&joined, &self.metrics);
+        self.metrics.sent_to(1, welcome.len());
+        sink.send_snapshot(welcome);
+        out.sinks.push((id, sink));
+        drop(out);
+        self.metrics.members.inc();
+        if replaced.is_some() {
+            self.metrics.members.dec();
+            self.metrics.auth_replaced.inc();
+        }
+        if let Some(old_sink) = replaced_sink {
+            old_sink.replaced();
+        }
+        Ok(Membership {
+            rooms: Arc::clone(self),
+            room: Arc::clone(handle),
+            id,
+            seat,
+            left: false,
+        })
+    }
+
     fn remove(&self, room: &Arc<Room>, id: MemberId, seat: u64, reason: LeaveReason) {
-        let now_empty = {
+        let (now_empty, linger) = {
             let mut st = room.state();
             // Gone already (replaced), or the id is someone else's now.
             if st.members.get(&id).is_none_or(|m| m.seat != seat) {
@@ -378,27 +432,42 @@ impl Rooms {
             if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
                 st.users.remove(&user);
             }
-            let now_empty = st.members.is_empty();
-            if now_empty {
-                st.open = false;
-            }
+            let shutting_down = self.shutting_down.load(Ordering::Relaxed);
+            let (now_empty, linger) = match self.cluster.get() {
+                // The room stays while other nodes' members are in it, or
+                // for the linger; `remote` decides.
+                Some(cluster) => (
+                    false,
+                    remote::published_leave(cluster, &mut st, id, reason, shutting_down),
+                ),
+                None => {
+                    let now_empty = st.members.is_empty();
+                    if now_empty {
+                        st.open = false;
+                    }
+                    (now_empty, None)
+                }
+            };
             let mut out = room.out();
             drop(st);
             out.sinks.retain(|(m, _)| *m != id);
             // At shutdown everyone is leaving: spare the n² Left frames.
-            if !now_empty && !self.shutting_down.load(Ordering::Relaxed) {
+            if !now_empty && !shutting_down {
                 let left = encode_server(Body::Left(pb::Left {
                     member_id: id.0,
                     reason: reason as i32,
                 }));
                 out.publish(&left, &self.metrics);
             }
-            now_empty
+            (now_empty, linger)
         };
         self.metrics.members.dec();
         if now_empty {
             // The room lock is released: the map lock is never taken under it.
             self.forget(room);
+        }
+        if let Some(generation) = linger {
+            self.linger(room, generation);
         }
     }
 
@@ -417,7 +486,12 @@ impl Rooms {
     /// and sent at once.
     fn submit(&self, room: &Room, id: MemberId, seat: u64, motion: Motion) {
         let mut st = room.state();
-        let State { members, dirty, .. } = &mut *st;
+        let State {
+            members,
+            dirty,
+            remote,
+            ..
+        } = &mut *st;
         let Some(member) = members.get_mut(&id).filter(|m| m.seat == seat) else {
             return;
         };
@@ -427,6 +501,14 @@ impl Rooms {
             let now_ms = self.clock.now_ms() / unit * unit;
             member.motion = motion;
             member.moved_at_ms = now_ms;
+            if let (Some(cluster), Some(r)) = (self.cluster.get(), remote.as_deref_mut()) {
+                remote::published_moves_now(
+                    cluster,
+                    r,
+                    now_ms,
+                    MotionRecord { member: id, motion },
+                );
+            }
             let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
             let frame = encode_motion(time, &[MotionRecord { member: id, motion }]);
             room.publish(st, &frame, &self.metrics);
@@ -503,14 +585,20 @@ impl Membership {
 
     /// Relays a chat message to the room, sender included.
     pub async fn chat(&self, text: String) {
-        let frame = encode_server(Body::Chat(pb::ChatMessage {
+        let chat = pb::ChatMessage {
             member_id: self.id.0,
             text,
             server_time_ms: self.rooms.clock.now_ms(),
-        }));
+        };
+        let cluster = self.rooms.cluster.get();
+        let op = cluster.map(|_| chat.clone());
+        let frame = encode_server(Body::Chat(chat));
         fan_out(|| {
-            let st = self.room.state();
+            let mut st = self.room.state();
             if self.is_in(&st) {
+                if let (Some(cluster), Some(op)) = (cluster, op) {
+                    remote::published_chat(cluster, &mut st, op);
+                }
                 self.room.publish(st, &frame, &self.rooms.metrics);
             }
         })
@@ -559,6 +647,7 @@ impl Drop for Membership {
     }
 }
 
+mod remote;
 mod tick;
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! overlap and a room's frames stay in order.
 
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
@@ -101,6 +101,9 @@ impl Rooms {
 
     fn flush(&self, room: &Room, now_ms: u64, records: &mut Vec<MotionRecord>) {
         let mut st = room.state();
+        if st.remote.is_some() {
+            return self.flush_clustered(room, st, now_ms, records);
+        }
         if st.dirty.is_empty() {
             return;
         }
@@ -114,6 +117,54 @@ impl Rooms {
                 m.moved_at_ms = now_ms;
                 records.push(MotionRecord { member: id, motion });
             }
+        }
+        if records.is_empty() {
+            return;
+        }
+        let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
+        room.publish(st, &encode_motion(time, records), &self.metrics);
+        self.metrics.moves_applied.inc_by(records.len() as u64);
+        self.metrics.batches.inc();
+    }
+
+    /// A tick in cluster mode: the local moves cut before the tick (already
+    /// published to the other nodes) and the remote moves received since
+    /// the last tick, in one batch. Local moves that came after the cut
+    /// stay pending for the next cut, so a move reaches every node's
+    /// members in the same tick.
+    fn flush_clustered(
+        &self,
+        room: &Room,
+        mut st: MutexGuard<'_, State>,
+        now_ms: u64,
+        records: &mut Vec<MotionRecord>,
+    ) {
+        records.clear();
+        let State {
+            members,
+            dirty,
+            remote,
+            ..
+        } = &mut *st;
+        if let Some(r) = remote.as_deref_mut() {
+            r.take_cut(records, now_ms);
+        }
+        if !dirty.is_empty() {
+            dirty.retain(|id| match members.get_mut(id) {
+                Some(m) if m.origin.is_some() => {
+                    if let Some(motion) = m.pending.take() {
+                        m.motion = motion;
+                        m.moved_at_ms = now_ms;
+                        records.push(MotionRecord {
+                            member: *id,
+                            motion,
+                        });
+                    }
+                    false
+                }
+                Some(m) => m.pending.is_some(),
+                None => false,
+            });
         }
         if records.is_empty() {
             return;

@@ -1,0 +1,878 @@
+//! Cluster mode in a room: the other nodes' members, and what this node
+//! tells them.
+//!
+//! Each node is the single writer of its own members. A room's [`State`]
+//! holds them all; [`Remote`] keeps, per other node, the ids it owns here
+//! and the sequence number of its updates, so a gap, an unknown node or a
+//! new epoch is repaired by a full state of that node's part (asked with a
+//! `SyncRequest`). Remote joins, leaves and chat are written to the local
+//! sinks at once, like local ones; remote moves become pending moves, so the
+//! next tick's one frame per member carries local and remote moves alike.
+//!
+//! This node publishes its own joins, leaves and chat at once, and its
+//! members' moves once per tick, cut `--cluster-lead-ms` before the tick
+//! ([`Rooms::run_cutter`]). Every publication is a non-blocking push into
+//! the cluster's bounded queue, made under the room's `state` lock so that
+//! sequence numbers follow the state changes; NATS is never awaited here.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, MutexGuard};
+
+use async_nats::Subject;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+
+use super::{Member, Room, Rooms, State, fan_out, member_pb};
+use crate::cluster::wire::{self, Op, RemoteMember, Update, UpdateParts};
+use crate::cluster::{Cluster, RoomSide};
+use crate::fanout::Frame;
+use crate::metrics::Metrics;
+use crate::protocol::pb::server_message::Body;
+use crate::protocol::{
+    LeaveReason, MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb,
+};
+
+/// Updates kept per node while waiting for its full state.
+const MAX_BUFFERED: usize = 64;
+/// A node is asked for a full state of a room at most this often.
+const ASK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A room's cluster state on this node.
+pub(super) struct Remote {
+    /// `P.r.<room>`.
+    subject: Subject,
+    /// This node's last sequence number in this room.
+    seq: u64,
+    /// Members connected to this node.
+    local: usize,
+    /// Whether the opening snapshot has been applied.
+    opened: bool,
+    /// Other nodes' parts, by node name.
+    parts: HashMap<Arc<str>, Part>,
+    /// Local moves cut for the coming tick: applied, published, and written
+    /// in that tick's batch.
+    cut: Vec<MotionRecord>,
+    /// The last tick this room flushed (for late remote moves).
+    last_flush_ms: u64,
+    /// Bumped each time the last local member leaves: a linger that finds
+    /// it changed does nothing.
+    linger: u64,
+}
+
+/// One other node's part of a room.
+struct Part {
+    epoch: u64,
+    /// The last sequence number applied.
+    seq: u64,
+    /// False until a full state arrived (and again after a gap).
+    synced: bool,
+    ids: BTreeSet<MemberId>,
+    /// Updates that came while waiting for a full state.
+    buffered: Vec<Update>,
+    asked: Option<Instant>,
+}
+
+impl Part {
+    fn new(epoch: u64) -> Self {
+        Self {
+            epoch,
+            seq: 0,
+            synced: false,
+            ids: BTreeSet::new(),
+            buffered: Vec::new(),
+            asked: None,
+        }
+    }
+
+    /// Whether to ask the node for a full state now (not while the room is
+    /// opening: its snapshot is on the way).
+    fn ask_due(&mut self, opened: bool) -> bool {
+        if !opened || self.asked.is_some_and(|at| at.elapsed() < ASK_EVERY) {
+            return false;
+        }
+        self.asked = Some(Instant::now());
+        true
+    }
+}
+
+impl Remote {
+    pub(super) fn new(subject: Subject) -> Self {
+        Self {
+            subject,
+            seq: 0,
+            local: 0,
+            opened: false,
+            parts: HashMap::new(),
+            cut: Vec::new(),
+            last_flush_ms: 0,
+            linger: 0,
+        }
+    }
+
+    /// Publishes the next update of this node's part.
+    fn publish(&mut self, cluster: &Cluster, mut parts: UpdateParts<'_>) {
+        self.seq += 1;
+        parts.seq = self.seq;
+        cluster.publish(
+            self.subject.clone(),
+            wire::encode_update(cluster.origin_pb(), parts),
+        );
+    }
+
+    fn publish_ops(&mut self, cluster: &Cluster, ops: Vec<wire::cpb::Op>) {
+        self.publish(
+            cluster,
+            UpdateParts {
+                ops,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Takes the local moves cut for this tick, and notes the tick.
+    pub(super) fn take_cut(&mut self, records: &mut Vec<MotionRecord>, now_ms: u64) {
+        records.append(&mut self.cut);
+        self.last_flush_ms = now_ms;
+    }
+}
+
+/// The lowest id `index * slots + slot` not in `members`.
+pub(super) fn lowest_free_in_slot(
+    members: &BTreeMap<MemberId, Member>,
+    slot: u32,
+    slots: u32,
+) -> MemberId {
+    // Members are bounded by the room capacity, far below u32::MAX / slots.
+    (0..u32::MAX)
+        .map_while(|i| i.checked_mul(slots).and_then(|v| v.checked_add(slot)))
+        .map(MemberId)
+        .find(|id| !members.contains_key(id))
+        .unwrap_or(MemberId(u32::MAX))
+}
+
+/// A local member joined (replacing `replaced`, the same user's older
+/// member): tell the other nodes.
+pub(super) fn published_join(
+    cluster: &Cluster,
+    st: &mut State,
+    replaced: Option<MemberId>,
+    joined: pb::Member,
+) {
+    let Some(r) = st.remote.as_deref_mut() else {
+        return;
+    };
+    let mut ops = Vec::with_capacity(2);
+    match replaced {
+        Some(old) => ops.push(wire::left_op(old, LeaveReason::Replaced)),
+        None => r.local += 1,
+    }
+    ops.push(wire::joined_op(joined));
+    r.publish_ops(cluster, ops);
+}
+
+/// A local member left: tell the other nodes. Returns the linger
+/// generation when it was the last local member.
+pub(super) fn published_leave(
+    cluster: &Cluster,
+    st: &mut State,
+    id: MemberId,
+    reason: LeaveReason,
+    shutting_down: bool,
+) -> Option<u64> {
+    let r = st.remote.as_deref_mut()?;
+    r.local = r.local.saturating_sub(1);
+    // At shutdown the goodbye heartbeat removes every member at once.
+    if shutting_down {
+        return None;
+    }
+    r.publish_ops(cluster, vec![wire::left_op(id, reason)]);
+    (r.local == 0).then(|| {
+        r.linger += 1;
+        r.linger
+    })
+}
+
+/// With a zero tick, a local move goes out at once.
+pub(super) fn published_moves_now(
+    cluster: &Cluster,
+    r: &mut Remote,
+    now_ms: u64,
+    record: MotionRecord,
+) {
+    r.publish(
+        cluster,
+        UpdateParts {
+            tick_ms: now_ms,
+            motion: &[record],
+            ..Default::default()
+        },
+    );
+}
+
+/// A local member chatted: tell the other nodes.
+pub(super) fn published_chat(cluster: &Cluster, st: &mut State, chat: pb::ChatMessage) {
+    if let Some(r) = st.remote.as_deref_mut() {
+        r.publish_ops(cluster, vec![wire::chat_op(chat)]);
+    }
+}
+
+/// Removes `ids` (members of `node`) with `Left{reason}` frames.
+fn remove_ids(
+    members: &mut BTreeMap<MemberId, Member>,
+    node: &str,
+    ids: &BTreeSet<MemberId>,
+    reason: LeaveReason,
+    frames: &mut Vec<Frame>,
+    metrics: &Metrics,
+) {
+    for id in ids {
+        if members
+            .get(id)
+            .is_some_and(|m| m.origin.as_deref() == Some(node))
+        {
+            members.remove(id);
+            metrics.cluster_remote_members.dec();
+            frames.push(encode_server(Body::Left(pb::Left {
+                member_id: id.0,
+                reason: reason as i32,
+            })));
+        }
+    }
+}
+
+/// What applying an update needs besides the room's state.
+struct Apply<'a> {
+    metrics: &'a Metrics,
+    node: &'a Arc<str>,
+    frames: &'a mut Vec<Frame>,
+    last_flush_ms: u64,
+    /// Moves go out at once (a zero tick), at this server time.
+    at_once: Option<(u64, u32)>,
+}
+
+impl Apply<'_> {
+    /// Adds remote member `m`, or updates it if known.
+    fn add(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        ids: &mut BTreeSet<MemberId>,
+        m: RemoteMember,
+    ) {
+        match members.get_mut(&m.id) {
+            Some(known) if known.origin.as_deref() == Some(&**self.node) => {
+                if known.motion != m.motion && known.pending.replace(m.motion).is_none() {
+                    dirty.push(m.id);
+                }
+            }
+            Some(_) => {
+                // Two live nodes share a slot, and their joins raced.
+                self.metrics.cluster_id_conflicts.inc();
+            }
+            None => {
+                let member = Member {
+                    seat: u64::MAX,
+                    user: None,
+                    name: m.name,
+                    motion: m.motion,
+                    moved_at_ms: m.moved_at_ms,
+                    pending: None,
+                    origin: Some(Arc::clone(self.node)),
+                };
+                self.frames.push(encode_server(Body::Joined(pb::Joined {
+                    member: Some(member_pb(m.id, &member)),
+                })));
+                members.insert(m.id, member);
+                ids.insert(m.id);
+                self.metrics.cluster_remote_members.inc();
+            }
+        }
+    }
+
+    fn owns(&self, members: &BTreeMap<MemberId, Member>, id: MemberId) -> bool {
+        members
+            .get(&id)
+            .is_some_and(|m| m.origin.as_deref() == Some(&**self.node))
+    }
+
+    /// Applies a delta: ops in order, then moves.
+    fn delta(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        ids: &mut BTreeSet<MemberId>,
+        u: Update,
+    ) {
+        for op in u.ops {
+            match op {
+                Op::Joined(m) => self.add(members, dirty, ids, m),
+                Op::Left { id, reason } => {
+                    if self.owns(members, id) {
+                        members.remove(&id);
+                        ids.remove(&id);
+                        self.metrics.cluster_remote_members.dec();
+                        self.frames.push(encode_server(Body::Left(pb::Left {
+                            member_id: id.0,
+                            reason: reason as i32,
+                        })));
+                    }
+                }
+                Op::Chat {
+                    id,
+                    text,
+                    server_time_ms,
+                } => {
+                    if self.owns(members, id) {
+                        self.frames.push(encode_server(Body::Chat(pb::ChatMessage {
+                            member_id: id.0,
+                            text,
+                            server_time_ms,
+                        })));
+                    }
+                }
+            }
+        }
+        self.moves(members, dirty, u.tick_ms, &u.motion);
+    }
+
+    fn moves(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        tick_ms: u64,
+        records: &[MotionRecord],
+    ) {
+        let mut now = Vec::new();
+        for r in records {
+            let Some(m) = members
+                .get_mut(&r.member)
+                .filter(|m| m.origin.as_deref() == Some(&**self.node))
+            else {
+                continue;
+            };
+            self.metrics.cluster_remote_moves.inc();
+            if let Some((now_ms, _)) = self.at_once {
+                m.motion = r.motion;
+                m.moved_at_ms = now_ms;
+                now.push(*r);
+                continue;
+            }
+            if tick_ms <= self.last_flush_ms {
+                self.metrics.cluster_remote_moves_late.inc();
+            }
+            if m.pending.replace(r.motion).is_none() {
+                dirty.push(r.member);
+            }
+        }
+        if let (Some((now_ms, unit)), false) = (self.at_once, now.is_empty()) {
+            self.frames
+                .push(encode_motion(motion_time(now_ms, unit), &now));
+            self.metrics.moves_applied.inc_by(now.len() as u64);
+            self.metrics.batches.inc();
+        }
+    }
+
+    /// Replaces the node's part with full state `u`.
+    fn full(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        ids: &mut BTreeSet<MemberId>,
+        u: Update,
+    ) {
+        let mut joined = Vec::with_capacity(u.ops.len());
+        for op in u.ops {
+            if let Op::Joined(m) = op {
+                joined.push(m);
+            }
+        }
+        let keep: BTreeSet<MemberId> = joined.iter().map(|m| m.id).collect();
+        let gone: BTreeSet<MemberId> = ids.difference(&keep).copied().collect();
+        remove_ids(
+            members,
+            self.node,
+            &gone,
+            LeaveReason::Left,
+            self.frames,
+            self.metrics,
+        );
+        ids.retain(|id| keep.contains(id));
+        for m in joined {
+            self.add(members, dirty, ids, m);
+        }
+        self.moves(members, dirty, u.tick_ms, &u.motion);
+    }
+}
+
+impl Rooms {
+    /// The cluster, in cluster mode.
+    pub(super) fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
+    /// Turns cluster mode on: call once, before the first join.
+    pub fn attach_cluster(self: &Arc<Self>, cluster: Arc<Cluster>) {
+        let side: Arc<dyn RoomSide> = Arc::clone(self) as Arc<dyn RoomSide>;
+        cluster.attach(Arc::downgrade(&side));
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// Joins in cluster mode: the first join of a room on this node opens
+    /// it (subscribe, gather the other nodes' parts); the others wait for
+    /// that and then join from the replica.
+    pub(super) async fn join_clustered(
+        self: &Arc<Self>,
+        cluster: &Arc<Cluster>,
+        room: &str,
+        name: String,
+        user: Option<Arc<str>>,
+        sink: Arc<dyn crate::fanout::Sink>,
+    ) -> Result<super::Membership, super::JoinError> {
+        let mut args = Some((name, user, sink));
+        loop {
+            if self
+                .shutting_down
+                .load(std::sync::atomic::Ordering::Relaxed)
+            {
+                return Err(super::JoinError::ShuttingDown);
+            }
+            let handle = self.handle(room);
+            handle
+                .opened
+                .get_or_init(|| async {
+                    let fulls = cluster.open(room).await;
+                    fan_out(|| self.apply_opening(&handle, fulls)).await;
+                })
+                .await;
+            let joined = fan_out(|| {
+                let st = handle.state();
+                if !st.open {
+                    drop(st);
+                    self.forget(&handle);
+                    return None;
+                }
+                let (name, user, sink) = args.take()?;
+                Some(self.join_locked(&handle, st, name, user, sink))
+            })
+            .await;
+            if let Some(result) = joined {
+                return result;
+            }
+        }
+    }
+
+    /// Applies the full states gathered when this node opened `room`, then
+    /// asks the nodes whose part is still missing.
+    fn apply_opening(&self, room: &Arc<Room>, fulls: Vec<Update>) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let mut frames = Vec::new();
+        let mut st = room.state();
+        for u in fulls {
+            self.apply_locked(&mut st, u, &mut frames);
+        }
+        let mut ask = Vec::new();
+        if let Some(r) = st.remote.as_deref_mut() {
+            r.opened = true;
+            for (node, part) in &mut r.parts {
+                if !part.synced && part.ask_due(true) {
+                    ask.push(Arc::clone(node));
+                }
+            }
+        }
+        publish_all(room, st, &frames, &self.metrics);
+        for node in ask {
+            cluster.request_sync(&node, vec![room.name().to_owned()]);
+        }
+    }
+
+    /// Applies update `u` to the locked room; returns the node to ask for a
+    /// full state, if any.
+    fn apply_locked(
+        &self,
+        st: &mut MutexGuard<'_, State>,
+        u: Update,
+        frames: &mut Vec<Frame>,
+    ) -> Option<Arc<str>> {
+        let State {
+            members,
+            dirty,
+            remote,
+            ..
+        } = &mut **st;
+        let r = remote.as_deref_mut()?;
+        let node = Arc::clone(&u.origin.node);
+        let mut apply = Apply {
+            metrics: &self.metrics,
+            node: &node,
+            frames,
+            last_flush_ms: r.last_flush_ms,
+            at_once: self.settings.tick.is_zero().then(|| {
+                let unit = self.settings.motion_time_unit_ms;
+                let step = u64::from(unit.max(1));
+                (self.clock.now_ms() / step * step, unit)
+            }),
+        };
+        // A new epoch of a known node: its previous run's members go now.
+        if r.parts
+            .get(&node)
+            .is_some_and(|p| p.epoch != u.origin.epoch)
+            && let Some(old) = r.parts.remove(&node)
+        {
+            remove_ids(
+                members,
+                &node,
+                &old.ids,
+                LeaveReason::ServerLost,
+                apply.frames,
+                apply.metrics,
+            );
+        }
+        if u.closed {
+            if let Some(old) = r.parts.remove(&node) {
+                remove_ids(
+                    members,
+                    &node,
+                    &old.ids,
+                    LeaveReason::Left,
+                    apply.frames,
+                    apply.metrics,
+                );
+            }
+            return None;
+        }
+        let opened = r.opened;
+        let part = r
+            .parts
+            .entry(Arc::clone(&node))
+            .or_insert_with(|| Part::new(u.origin.epoch));
+        if u.full {
+            if opened {
+                apply.metrics.cluster_resyncs.inc();
+            }
+            part.seq = u.seq;
+            part.synced = true;
+            part.asked = None;
+            apply.full(members, dirty, &mut part.ids, u);
+            // What came meanwhile, in order: after the full state, until a gap.
+            let mut buffered = std::mem::take(&mut part.buffered);
+            buffered.sort_by_key(|b| b.seq);
+            let mut rest = buffered.into_iter();
+            for b in rest.by_ref() {
+                if b.seq <= part.seq {
+                    continue;
+                }
+                if b.seq == part.seq + 1 {
+                    part.seq = b.seq;
+                    apply.delta(members, dirty, &mut part.ids, b);
+                } else {
+                    part.synced = false;
+                    part.buffered.push(b);
+                    break;
+                }
+            }
+            part.buffered.extend(rest);
+            if !part.synced && part.ask_due(opened) {
+                return Some(node);
+            }
+            return None;
+        }
+        if !part.synced || u.seq > part.seq + 1 {
+            // Unknown part, or a gap: wait for a full state.
+            part.synced = false;
+            if part.buffered.len() < MAX_BUFFERED {
+                part.buffered.push(u);
+            } else {
+                part.buffered.clear();
+            }
+            return part.ask_due(opened).then_some(node);
+        }
+        if u.seq <= part.seq {
+            return None;
+        }
+        part.seq = u.seq;
+        apply.delta(members, dirty, &mut part.ids, u);
+        None
+    }
+
+    /// Cuts room `room`'s local moves for the tick at `tick_ms`: applies
+    /// them, keeps them for that tick's batch, and publishes them.
+    pub(super) fn cut(&self, room: &Room, tick_ms: u64) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let mut st = room.state();
+        let State {
+            members,
+            dirty,
+            remote,
+            ..
+        } = &mut *st;
+        let Some(r) = remote.as_deref_mut() else {
+            return;
+        };
+        if dirty.is_empty() {
+            return;
+        }
+        let cut = &mut r.cut;
+        let mut changed = false;
+        dirty.retain(|id| match members.get_mut(id) {
+            Some(m) if m.origin.is_none() => {
+                if let Some(motion) = m.pending.take() {
+                    m.motion = motion;
+                    m.moved_at_ms = tick_ms;
+                    changed = true;
+                    match cut.iter_mut().find(|c| c.member == *id) {
+                        // Cut twice before a tick (a skipped tick): newest.
+                        Some(c) => c.motion = motion,
+                        None => cut.push(MotionRecord {
+                            member: *id,
+                            motion,
+                        }),
+                    }
+                }
+                false
+            }
+            Some(_) => true,
+            None => false,
+        });
+        if !changed {
+            return;
+        }
+        let records = std::mem::take(&mut r.cut);
+        r.publish(
+            cluster,
+            UpdateParts {
+                tick_ms,
+                motion: &records,
+                ..Default::default()
+            },
+        );
+        r.cut = records;
+    }
+
+    /// Cuts every room's local moves `--cluster-lead-ms` before each tick,
+    /// until `shutdown`, so other nodes get them in time for the same tick.
+    pub async fn run_cutter(self: Arc<Self>, shutdown: CancellationToken) {
+        let Some(cluster) = self.cluster().cloned() else {
+            return;
+        };
+        let Ok(tick_ms) = u64::try_from(self.settings.tick.as_millis()) else {
+            return;
+        };
+        if tick_ms == 0 {
+            return;
+        }
+        let lead_ms = u64::try_from(cluster.settings.lead.as_millis())
+            .unwrap_or(0)
+            .min(tick_ms - 1);
+        let workers = match self.settings.tick_workers {
+            0 => tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers()),
+            n => n,
+        }
+        .max(1);
+        let now_ms = self.clock.now_ms();
+        let next_tick = now_ms - now_ms % tick_ms + tick_ms;
+        let first = self.clock.instant_at(next_tick - lead_ms);
+        let mut interval = tokio::time::interval_at(first, self.settings.tick);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        loop {
+            tokio::select! {
+                () = shutdown.cancelled() => return,
+                at = interval.tick() => {
+                    let ms = self.clock.ms_at(at) + lead_ms;
+                    let tick = (ms + tick_ms / 2) / tick_ms * tick_ms;
+                    self.each_room_sharded(workers, move |rooms, room| rooms.cut(room, tick)).await;
+                }
+            }
+        }
+    }
+
+    /// After the linger, closes `room` on this node if it still has no
+    /// local member: tells the others, unsubscribes, forgets the replica.
+    pub(super) fn linger(&self, room: &Arc<Room>, generation: u64) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let delay = cluster.settings.linger;
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) if !delay.is_zero() => {
+                let (rooms, room) = (self.this.clone(), Arc::clone(room));
+                rt.spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    if let Some(rooms) = rooms.upgrade() {
+                        fan_out(|| rooms.close_idle(&room, generation)).await;
+                    }
+                });
+            }
+            _ => self.close_idle(room, generation),
+        }
+    }
+
+    fn close_idle(&self, room: &Arc<Room>, generation: u64) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let mut st = room.state();
+        let State {
+            members,
+            remote,
+            open,
+            dirty,
+            ..
+        } = &mut *st;
+        let Some(r) = remote.as_deref_mut() else {
+            return;
+        };
+        if !*open || r.local > 0 || r.linger != generation {
+            return;
+        }
+        r.publish(
+            cluster,
+            UpdateParts {
+                closed: true,
+                ..Default::default()
+            },
+        );
+        // Nobody local is left, so every member is remote.
+        self.metrics
+            .cluster_remote_members
+            .dec_by(members.len() as i64);
+        members.clear();
+        dirty.clear();
+        r.parts.clear();
+        // Unsubscribed before the room is marked closed, so a join that
+        // reopens it subscribes afresh.
+        cluster.close(room.name());
+        *open = false;
+        drop(st);
+        self.forget(room);
+    }
+
+    /// The open rooms' handles (map guards dropped before any room lock).
+    fn open_handles(&self) -> Vec<Arc<Room>> {
+        self.map.iter().map(|r| Arc::clone(r.value())).collect()
+    }
+}
+
+/// Writes `frames` to the room's sinks in order, after the state change
+/// under `st` (the publisher's lock order: `state`, then `out`).
+fn publish_all(room: &Room, st: MutexGuard<'_, State>, frames: &[Frame], metrics: &Metrics) {
+    if frames.is_empty() {
+        return;
+    }
+    let out = room.out();
+    drop(st);
+    for frame in frames {
+        out.publish(frame, metrics);
+    }
+}
+
+impl RoomSide for Rooms {
+    fn publish_full(&self, room: &str, to: Option<Subject>) -> bool {
+        let Some(cluster) = self.cluster() else {
+            return false;
+        };
+        let Some(handle) = self.map.get(room).map(|r| Arc::clone(r.value())) else {
+            return false;
+        };
+        let st = handle.state();
+        let Some(r) = st.remote.as_deref().filter(|_| st.open) else {
+            return false;
+        };
+        let ops = st
+            .members
+            .iter()
+            .filter(|(_, m)| m.origin.is_none())
+            .map(|(id, m)| wire::joined_op(member_pb(*id, m)))
+            .collect();
+        let bytes = wire::encode_update(
+            cluster.origin_pb(),
+            UpdateParts {
+                seq: r.seq,
+                full: true,
+                tick_ms: self.clock.now_ms(),
+                ops,
+                ..Default::default()
+            },
+        );
+        cluster.publish(to.unwrap_or_else(|| r.subject.clone()), bytes);
+        true
+    }
+
+    fn open_rooms(&self) -> Vec<String> {
+        self.open_handles()
+            .into_iter()
+            .filter(|h| {
+                let st = h.state();
+                st.open && st.remote.is_some()
+            })
+            .map(|h| h.name().to_owned())
+            .collect()
+    }
+
+    fn local_counts(&self) -> Vec<(String, u32)> {
+        self.open_handles()
+            .into_iter()
+            .filter_map(|h| {
+                let st = h.state();
+                let local = st.remote.as_deref().filter(|_| st.open)?.local;
+                (local > 0).then(|| {
+                    (
+                        h.name().to_owned(),
+                        u32::try_from(local).unwrap_or(u32::MAX),
+                    )
+                })
+            })
+            .collect()
+    }
+
+    fn apply(&self, room: &str, update: Update) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let Some(handle) = self.map.get(room).map(|r| Arc::clone(r.value())) else {
+            return;
+        };
+        let mut frames = Vec::new();
+        let mut st = handle.state();
+        if !st.open {
+            return;
+        }
+        let ask = self.apply_locked(&mut st, update, &mut frames);
+        publish_all(&handle, st, &frames, &self.metrics);
+        if let Some(node) = ask {
+            cluster.request_sync(&node, vec![room.to_owned()]);
+        }
+    }
+
+    fn drop_node(&self, node: &str, epoch: u64) {
+        for handle in self.open_handles() {
+            let mut frames = Vec::new();
+            let mut st = handle.state();
+            let State {
+                members, remote, ..
+            } = &mut *st;
+            let Some(r) = remote.as_deref_mut() else {
+                continue;
+            };
+            if r.parts.get(node).is_some_and(|p| p.epoch == epoch)
+                && let Some(part) = r.parts.remove(node)
+            {
+                remove_ids(
+                    members,
+                    node,
+                    &part.ids,
+                    LeaveReason::ServerLost,
+                    &mut frames,
+                    &self.metrics,
+                );
+            }
+            publish_all(&handle, st, &frames, &self.metrics);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,523 @@
+//! Remote members in a room, without NATS: a detached cluster handle whose
+//! outgoing queue the test reads, updates applied as the link would, and
+//! in-memory sinks.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use prost::Message as _;
+use tokio::sync::mpsc;
+
+use super::*;
+use crate::clock::Clock;
+use crate::cluster::wire::{Origin, RemoteMember, cpb};
+use crate::fanout::Sink;
+use crate::protocol::pb::ServerMessage;
+use crate::protocol::{Motion, Position, decode_motion};
+use crate::room::{Membership, RoomSettings};
+
+#[derive(Default)]
+struct Frames(Mutex<Vec<Frame>>);
+
+impl Frames {
+    fn take(&self) -> Vec<ServerMessage> {
+        std::mem::take(&mut *self.0.lock().expect("frames"))
+            .into_iter()
+            .map(|f| ServerMessage::decode(f).expect("a valid frame"))
+            .collect()
+    }
+}
+
+impl Sink for Frames {
+    fn send(&self, frame: &Frame) {
+        self.0.lock().expect("frames").push(frame.clone());
+    }
+    fn send_snapshot(&self, frame: Frame) {
+        self.0.lock().expect("frames").push(frame);
+    }
+}
+
+struct Node {
+    rooms: Arc<Rooms>,
+    out: mpsc::Receiver<(Subject, Bytes)>,
+}
+
+impl Node {
+    /// Node `name` in `slot` of 16, tick 100 ms.
+    fn new(name: &str, slot: u32) -> Self {
+        let metrics = Arc::new(Metrics::default());
+        metrics.enable_cluster();
+        let rooms = Rooms::new(
+            RoomSettings {
+                tick: Duration::from_millis(100),
+                tick_workers: 1,
+                motion_time_unit_ms: 100,
+                capacity: 4,
+                spawn: Position { x: 10, y: 10 },
+                world: Position { x: 5_000, y: 5_000 },
+                limits: pb::Limits::default(),
+            },
+            Clock::start(),
+            Arc::clone(&metrics),
+        );
+        let (cluster, out) = Cluster::detached(Cluster::test_settings(name, slot), metrics);
+        rooms.attach_cluster(cluster);
+        Self { rooms, out }
+    }
+
+    async fn join(&self, room: &str, name: &str) -> (Membership, Arc<Frames>) {
+        let frames = Arc::new(Frames::default());
+        let sink: Arc<dyn Sink> = frames.clone();
+        let m = self
+            .rooms
+            .join(room, name.into(), sink)
+            .await
+            .expect("joins");
+        (m, frames)
+    }
+
+    /// What this node published, decoded as room updates (subject, update).
+    fn published(&mut self) -> Vec<(String, cpb::RoomUpdate)> {
+        let mut all = Vec::new();
+        while let Ok((subject, bytes)) = self.out.try_recv() {
+            if let Ok(u) = cpb::RoomUpdate::decode(bytes) {
+                all.push((subject.to_string(), u));
+            }
+        }
+        all
+    }
+
+    /// Subjects published to.
+    fn subjects(&mut self) -> Vec<String> {
+        let mut all = Vec::new();
+        while let Ok((subject, _)) = self.out.try_recv() {
+            all.push(subject.to_string());
+        }
+        all
+    }
+
+    fn apply(&self, room: &str, u: Update) {
+        RoomSide::apply(&*self.rooms, room, u);
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.rooms.metrics
+    }
+}
+
+fn origin(node: &str, epoch: u64, slot: u32) -> Origin {
+    Origin {
+        node: Arc::from(node),
+        epoch,
+        slot,
+        slots: 16,
+    }
+}
+
+fn member(id: u32, name: &str, x: u32) -> RemoteMember {
+    RemoteMember {
+        id: MemberId(id),
+        name: name.into(),
+        motion: Motion::standing(Position { x, y: 0 }),
+        moved_at_ms: 1,
+    }
+}
+
+fn update(from: &Origin, seq: u64, ops: Vec<Op>) -> Update {
+    Update {
+        origin: from.clone(),
+        seq,
+        full: false,
+        tick_ms: 0,
+        ops,
+        motion: Vec::new(),
+        closed: false,
+    }
+}
+
+fn full(from: &Origin, seq: u64, members: Vec<RemoteMember>) -> Update {
+    Update {
+        full: true,
+        ops: members.into_iter().map(Op::Joined).collect(),
+        ..update(from, seq, Vec::new())
+    }
+}
+
+fn moves(from: &Origin, seq: u64, tick_ms: u64, records: &[(u32, u32)]) -> Update {
+    Update {
+        tick_ms,
+        motion: records
+            .iter()
+            .map(|&(id, x)| MotionRecord {
+                member: MemberId(id),
+                motion: Motion::standing(Position { x, y: 0 }),
+            })
+            .collect(),
+        ..update(from, seq, Vec::new())
+    }
+}
+
+fn bodies(frames: Vec<ServerMessage>) -> Vec<Body> {
+    frames.into_iter().filter_map(|f| f.body).collect()
+}
+
+#[tokio::test]
+async fn local_ids_take_the_nodes_slot_and_joins_leaves_and_chat_are_published_in_order() {
+    let mut node = Node::new("n1", 1);
+    let (ada, _) = node.join("lobby", "Ada").await;
+    let (bo, _) = node.join("lobby", "Bo").await;
+    assert_eq!((ada.id(), bo.id()), (MemberId(1), MemberId(17)));
+    ada.chat("hi".into()).await;
+    ada.leave(LeaveReason::Left).await;
+    let published = node.published();
+    let subjects: Vec<&str> = published.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(subjects, ["amble.r.lobby"; 4]);
+    let seqs: Vec<u64> = published.iter().map(|(_, u)| u.seq).collect();
+    assert_eq!(seqs, [1, 2, 3, 4]);
+    let kinds: Vec<&str> = published
+        .iter()
+        .map(|(_, u)| match u.ops[0].op {
+            Some(cpb::op::Op::Joined(_)) => "joined",
+            Some(cpb::op::Op::Left(_)) => "left",
+            Some(cpb::op::Op::Chat(_)) => "chat",
+            None => "none",
+        })
+        .collect();
+    assert_eq!(kinds, ["joined", "joined", "chat", "left"]);
+    assert!(
+        published
+            .iter()
+            .all(|(_, u)| u.origin.as_ref().is_some_and(|o| o.node == "n1"))
+    );
+}
+
+#[tokio::test]
+async fn remote_members_join_chat_move_and_leave_like_local_ones() {
+    let node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    ada.take();
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 0, vec![]));
+    node.apply(
+        "lobby",
+        update(&n2, 1, vec![Op::Joined(member(2, "Cy", 40))]),
+    );
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            2,
+            vec![Op::Chat {
+                id: MemberId(2),
+                text: "yo".into(),
+                server_time_ms: 5,
+            }],
+        ),
+    );
+    match &bodies(ada.take())[..] {
+        [Body::Joined(j), Body::Chat(c)] => {
+            let m = j.member.as_ref().expect("member");
+            assert_eq!((m.id, m.name.as_str()), (2, "Cy"));
+            assert_eq!((c.member_id, c.text.as_str()), (2, "yo"));
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(node.metrics().cluster_remote_members.get(), 1);
+
+    // A late joiner's Welcome lists the remote member.
+    let (_bo, bo) = node.join("lobby", "Bo").await;
+    match &bodies(bo.take())[..] {
+        [Body::Welcome(w)] => {
+            let ids: Vec<u32> = w
+                .snapshot
+                .as_ref()
+                .expect("snapshot")
+                .members
+                .iter()
+                .map(|m| m.id)
+                .collect();
+            assert_eq!(ids, [1, 2, 17]);
+        }
+        other => panic!("{other:?}"),
+    }
+    ada.take();
+
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            3,
+            vec![Op::Left {
+                id: MemberId(2),
+                reason: LeaveReason::Left,
+            }],
+        ),
+    );
+    match &bodies(ada.take())[..] {
+        [Body::Left(l)] => assert_eq!((l.member_id, l.reason), (2, LeaveReason::Left as i32)),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
+}
+
+#[tokio::test]
+async fn one_frame_per_tick_carries_the_cut_local_moves_and_the_remote_ones() {
+    let mut node = Node::new("n1", 1);
+    let (ada, ada_frames) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 3, vec![member(2, "Cy", 40)]));
+    node.published();
+    ada_frames.take();
+
+    ada.submit(Motion::standing(Position { x: 100, y: 0 }))
+        .await;
+    let room = node.rooms.handle("lobby");
+    // Cut before the tick at 1_000: published at once, held for the batch.
+    node.rooms.cut(&room, 1_000);
+    let published = node.published();
+    assert_eq!(published.len(), 1);
+    let (_, u) = &published[0];
+    assert_eq!(
+        (u.tick_ms, u.motion.as_slice()),
+        (1_000, [2, 100, 0].as_slice())
+    );
+    // A remote move for the same tick arrives before it.
+    node.apply("lobby", moves(&n2, 4, 1_000, &[(2, 300)]));
+    // A local move after the cut waits for the next cut.
+    ada.submit(Motion::standing(Position { x: 200, y: 0 }))
+        .await;
+    node.rooms.tick(1_000).await;
+    let frames = ada_frames.take();
+    assert_eq!(frames.len(), 1, "one frame for the tick");
+    let (_, records) = decode_motion(&frames[0].motion).expect("a batch");
+    let got: Vec<(u32, u32)> = records
+        .iter()
+        .map(|r| (r.member.0, r.motion.position.x))
+        .collect();
+    assert_eq!(got, [(1, 100), (2, 300)]);
+    assert_eq!(node.metrics().cluster_remote_moves.get(), 1);
+    assert_eq!(node.metrics().cluster_remote_moves_late.get(), 0);
+
+    // A remote move cut for a tick this node already wrote is late.
+    node.apply("lobby", moves(&n2, 5, 1_000, &[(2, 350)]));
+    assert_eq!(node.metrics().cluster_remote_moves_late.get(), 1);
+    node.rooms.cut(&room, 1_100);
+    node.rooms.tick(1_100).await;
+    let frames = ada_frames.take();
+    let (_, records) = decode_motion(&frames[0].motion).expect("a batch");
+    let got: Vec<(u32, u32)> = records
+        .iter()
+        .map(|r| (r.member.0, r.motion.position.x))
+        .collect();
+    assert_eq!(got, [(1, 200), (2, 350)]);
+}
+
+#[tokio::test]
+async fn a_gap_asks_the_origin_for_a_full_state_and_the_full_state_repairs() {
+    let mut node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    node.subjects();
+    ada.take();
+    let resyncs = node.metrics().cluster_resyncs.get();
+    // Seq 2 (Dee joined) is lost; seq 3 is held and a full state asked for.
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            3,
+            vec![Op::Left {
+                id: MemberId(2),
+                reason: LeaveReason::Left,
+            }],
+        ),
+    );
+    assert!(bodies(ada.take()).is_empty());
+    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    // Asked once a second at most.
+    node.apply("lobby", update(&n2, 4, vec![]));
+    assert!(node.subjects().is_empty());
+    // The full state (as of seq 3): Dee only. Cy leaves, Dee joins.
+    node.apply("lobby", full(&n2, 3, vec![member(18, "Dee", 1)]));
+    let got = bodies(ada.take());
+    assert!(
+        matches!(&got[..], [Body::Left(l), Body::Joined(j)]
+        if l.member_id == 2 && j.member.as_ref().is_some_and(|m| m.id == 18)),
+        "{got:?}"
+    );
+    assert_eq!(node.metrics().cluster_resyncs.get(), resyncs + 1);
+    // The held seq 4 was applied after it: seq 5 follows without a gap.
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            5,
+            vec![Op::Left {
+                id: MemberId(18),
+                reason: LeaveReason::Left,
+            }],
+        ),
+    );
+    assert!(matches!(&bodies(ada.take())[..], [Body::Left(l)] if l.member_id == 18));
+    assert!(node.subjects().is_empty());
+    // Old duplicates are ignored.
+    node.apply(
+        "lobby",
+        update(&n2, 5, vec![Op::Joined(member(34, "Eve", 1))]),
+    );
+    assert!(bodies(ada.take()).is_empty());
+}
+
+#[tokio::test]
+async fn a_new_epoch_or_a_lost_node_removes_its_members_with_server_lost() {
+    let node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let old = origin("n2", 7, 2);
+    node.apply(
+        "lobby",
+        full(&old, 1, vec![member(2, "Cy", 40), member(18, "Dee", 1)]),
+    );
+    ada.take();
+    // n2 restarted: its first message removes the previous run's members.
+    let new = origin("n2", 8, 2);
+    node.apply(
+        "lobby",
+        update(&new, 1, vec![Op::Joined(member(2, "Cy2", 40))]),
+    );
+    let got = bodies(ada.take());
+    let lost: Vec<u32> = got
+        .iter()
+        .filter_map(|b| match b {
+            Body::Left(l) if l.reason == LeaveReason::ServerLost as i32 => Some(l.member_id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(lost, [2, 18]);
+    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
+    // Its new part fills in from a full state; then the node is lost.
+    node.apply("lobby", full(&new, 1, vec![member(2, "Cy2", 40)]));
+    assert!(matches!(&bodies(ada.take())[..], [Body::Joined(_)]));
+    RoomSide::drop_node(&*node.rooms, "n2", 7);
+    assert!(
+        bodies(ada.take()).is_empty(),
+        "an old epoch's loss removes nothing now"
+    );
+    RoomSide::drop_node(&*node.rooms, "n2", 8);
+    assert!(matches!(&bodies(ada.take())[..], [Body::Left(l)]
+        if l.member_id == 2 && l.reason == LeaveReason::ServerLost as i32));
+    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
+}
+
+#[tokio::test]
+async fn a_remote_join_on_a_taken_id_is_dropped_and_counted() {
+    let node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    // n3 wrongly shares n1's slot: its member 1 clashes with Ada.
+    let n3 = origin("n3", 5, 1);
+    node.apply("lobby", full(&n3, 1, vec![member(1, "Imp", 1)]));
+    ada.take();
+    assert_eq!(node.metrics().cluster_id_conflicts.get(), 1);
+    assert_eq!(node.rooms.handle("lobby").state().members.len(), 1);
+}
+
+#[tokio::test]
+async fn capacity_counts_remote_members() {
+    let node = Node::new("n1", 1);
+    let n2 = origin("n2", 7, 2);
+    let (_ada, _) = node.join("lobby", "Ada").await;
+    node.apply(
+        "lobby",
+        full(
+            &n2,
+            1,
+            vec![member(2, "a", 1), member(18, "b", 1), member(34, "c", 1)],
+        ),
+    );
+    let sink: Arc<dyn Sink> = Arc::new(Frames::default());
+    let err = node.rooms.join("lobby", "Bo".into(), sink).await.err();
+    assert!(
+        matches!(err, Some(crate::room::JoinError::RoomFull { .. })),
+        "{err:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_last_local_member_leaving_closes_the_room_after_the_linger() {
+    let mut node = Node::new("n1", 1);
+    let n2 = origin("n2", 7, 2);
+    let (ada, _) = node.join("lobby", "Ada").await;
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    assert_eq!(
+        RoomSide::local_counts(&*node.rooms),
+        [("lobby".to_owned(), 1)]
+    );
+    node.published();
+    ada.leave(LeaveReason::Left).await;
+    // The test settings linger 0 ms: closed at once.
+    let published = node.published();
+    assert!(
+        published.last().is_some_and(|(_, u)| u.closed),
+        "{published:?}"
+    );
+    assert!(node.rooms.list().is_empty());
+    assert!(RoomSide::open_rooms(&*node.rooms).is_empty());
+    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
+    assert_eq!(node.metrics().rooms.get(), 0);
+    // Updates for a room no longer open here are ignored.
+    node.apply(
+        "lobby",
+        update(&n2, 2, vec![Op::Joined(member(18, "Dee", 1))]),
+    );
+    assert!(node.rooms.list().is_empty());
+}
+
+#[tokio::test]
+async fn a_full_state_answers_with_the_local_members_only() {
+    let mut node = Node::new("n1", 1);
+    let n2 = origin("n2", 7, 2);
+    let (_ada, _) = node.join("lobby", "Ada").await;
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    node.published();
+    assert!(RoomSide::publish_full(&*node.rooms, "lobby", None));
+    assert!(!RoomSide::publish_full(&*node.rooms, "elsewhere", None));
+    let published = node.published();
+    let [(subject, u)] = &published[..] else {
+        panic!("{published:?}")
+    };
+    assert_eq!(subject, "amble.r.lobby");
+    assert!(u.full);
+    assert_eq!(u.seq, 1, "the seq of the last delta (Ada's join)");
+    let ids: Vec<u32> = u
+        .ops
+        .iter()
+        .filter_map(|o| match &o.op {
+            Some(cpb::op::Op::Joined(m)) => Some(m.id),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(ids, [1]);
+}
+
+#[test]
+fn ids_in_a_slot_are_lowest_free_first() {
+    let mut members = BTreeMap::new();
+    let m = || Member {
+        seat: 0,
+        user: None,
+        name: String::new(),
+        motion: Motion::standing(Position { x: 0, y: 0 }),
+        moved_at_ms: 0,
+        pending: None,
+        origin: None,
+    };
+    assert_eq!(lowest_free_in_slot(&members, 3, 16), MemberId(3));
+    members.insert(MemberId(3), m());
+    members.insert(MemberId(19), m());
+    // Another node's member on an id of this slot (a clash) is skipped too.
+    members.insert(MemberId(35), m());
+    assert_eq!(lowest_free_in_slot(&members, 3, 16), MemberId(51));
+    members.remove(&MemberId(19));
+    assert_eq!(lowest_free_in_slot(&members, 3, 16), MemberId(19));
+}
