@@ -287,10 +287,16 @@ async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
                     None => info!("cluster: connected to NATS"),
                 }
                 heartbeat(&cluster, 0, false).await;
-                if let Some(rooms) = cluster.room_side() {
-                    for room in rooms.open_rooms() {
-                        rooms.publish_full(&room, None);
-                    }
+                publish_fulls(&cluster);
+                // Once more a heartbeat later: a peer that reconnected after
+                // us was not subscribed yet, and a leave lost in the outage
+                // would otherwise stay a ghost there until our next update.
+                if was_down.is_some() {
+                    let again = Arc::clone(&cluster);
+                    tokio::spawn(async move {
+                        tokio::time::sleep(again.settings.heartbeat).await;
+                        publish_fulls(&again);
+                    });
                 }
             }
             Event::Disconnected => {
@@ -308,6 +314,15 @@ async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
                 );
             }
             other => debug!(event = %other, "cluster: NATS event"),
+        }
+    }
+}
+
+/// This node's full state of every room open here, on the rooms' subjects.
+fn publish_fulls(cluster: &Cluster) {
+    if let Some(rooms) = cluster.room_side() {
+        for room in rooms.open_rooms() {
+            rooms.publish_full(&room, None);
         }
     }
 }

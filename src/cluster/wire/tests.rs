@@ -230,3 +230,49 @@ proptest::proptest! {
         let _ = decode_room_counts(&bytes, 16, &rules());
     }
 }
+
+#[test]
+fn a_one_move_update_is_small() {
+    // The figures docs/cluster.md quotes: a node named like `amble-1` with
+    // a random epoch (a 10-byte varint), a tick time in 2026.
+    let origin = cpb::Origin {
+        node: "amble-1".into(),
+        epoch: u64::MAX / 3,
+        slot: 1,
+        slots: 16,
+    };
+    let stand = [MotionRecord {
+        member: MemberId(17),
+        motion: Motion::standing(Position { x: 2_500, y: 130 }),
+    }];
+    let one = encode_update(
+        &origin,
+        UpdateParts {
+            seq: 1_000,
+            tick_ms: 1_764_600_000_300,
+            motion: &stand,
+            ..Default::default()
+        },
+    );
+    let walking = |id| MotionRecord {
+        member: MemberId(id),
+        motion: Motion {
+            position: Position { x: 1_200, y: 3_400 },
+            walk: Some(Walk {
+                target: Position { x: 2_500, y: 2_500 },
+                speed: 140,
+            }),
+        },
+    };
+    let walk = [walking(17), walking(33), walking(49)];
+    let three = encode_update(
+        &origin,
+        UpdateParts {
+            seq: 1_000,
+            tick_ms: 1_764_600_000_300,
+            motion: &walk,
+            ..Default::default()
+        },
+    );
+    assert_eq!((one.len(), three.len()), (42, 70));
+}
