@@ -668,6 +668,11 @@ pub(super) async fn gather(
         cluster.metrics.cluster_messages_published.inc();
         cluster.metrics.cluster_bytes_published.inc_by(len);
         while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, sub.next()).await {
+            // NATS itself answers "no responders" (status 503, no payload)
+            // when no other node listens: not an answer from a node.
+            if msg.status.is_some() {
+                continue;
+            }
             received(cluster, msg.payload.len());
             answers.push(msg.payload);
             if !young && answers.len() >= expected {

@@ -400,9 +400,9 @@ impl Cluster {
     pub fn health_line(&self) -> String {
         let node = &self.me.node;
         if self.connected.load(Ordering::Relaxed) {
+            // The contract's fixed wording: "N peers" even for one.
             let peers = lock(&self.directory).live();
-            let s = if peers == 1 { "" } else { "s" };
-            format!("cluster {node}: connected, {peers} peer{s}")
+            format!("cluster {node}: connected, {peers} peers")
         } else {
             let secs = lock(&self.down_since)
                 .map_or(self.started.elapsed(), |at| at.elapsed())

@@ -548,6 +548,7 @@ impl Rooms {
             .entry(Arc::clone(&node))
             .or_insert_with(|| Part::new(u.origin.epoch));
         if u.full {
+            tracing::debug!(target: "amble::cluster", %node, seq = u.seq, opened, "cluster: full state");
             if opened {
                 apply.metrics.cluster_resyncs.inc();
             }
@@ -580,6 +581,14 @@ impl Rooms {
         }
         if !part.synced || u.seq > part.seq + 1 {
             // Unknown part, or a gap: wait for a full state.
+            tracing::debug!(
+                target: "amble::cluster",
+                %node,
+                seq = u.seq,
+                have = part.seq,
+                synced = part.synced,
+                "cluster: waiting for a full state of a node's part"
+            );
             part.synced = false;
             if part.buffered.len() < MAX_BUFFERED {
                 part.buffered.push(u);
