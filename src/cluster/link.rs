@@ -578,7 +578,11 @@ async fn on_counts_request(cluster: &Cluster, msg: &async_nats::Message) {
 
 /// Subscribes to `room`'s subject (once), and reads it on the link runtime
 /// until [`Cluster::close`].
-pub(super) async fn subscribe_room(cluster: &Arc<Cluster>, room: &str) {
+/// Subscribes to `room`'s subject (once), and reads it on the link runtime
+/// until [`Cluster::close`]. Waits for the subscription until `deadline`
+/// at most: with NATS away the client's command queue can be full, and a
+/// join must not hang on it (the subscription then completes later).
+pub(super) async fn subscribe_room(cluster: &Arc<Cluster>, room: &str, deadline: Instant) {
     let token = CancellationToken::new();
     {
         let mut subs = lock(&cluster.subs);
@@ -589,16 +593,25 @@ pub(super) async fn subscribe_room(cluster: &Arc<Cluster>, room: &str) {
     }
     cluster.metrics.cluster_rooms_subscribed.inc();
     let Some(nats) = &cluster.nats else { return };
-    match nats.client.subscribe(cluster.room_subject(room)).await {
-        Ok(sub) => {
-            nats.link
-                .spawn(read_room(Arc::clone(cluster), Arc::from(room), sub, token));
+    let (done, subscribed) = tokio::sync::oneshot::channel();
+    let (c, room) = (Arc::clone(cluster), Arc::<str>::from(room));
+    nats.link.spawn(async move {
+        let Some(nats) = &c.nats else { return };
+        let sub = tokio::select! {
+            () = token.cancelled() => return,
+            () = c.stop.cancelled() => return,
+            sub = nats.client.subscribe(c.room_subject(&room)) => sub,
+        };
+        let _ = done.send(());
+        match sub {
+            Ok(sub) => read_room(Arc::clone(&c), room, sub, token).await,
+            Err(err) => {
+                error!(%err, %room, "cluster: cannot subscribe to the room");
+                c.close(&room);
+            }
         }
-        Err(err) => {
-            error!(%err, room, "cluster: cannot subscribe to the room");
-            cluster.close(room);
-        }
-    }
+    });
+    let _ = tokio::time::timeout_at(deadline, subscribed).await;
 }
 
 async fn read_room(
@@ -651,20 +664,20 @@ pub(super) async fn gather(
         return answers;
     }
     let inbox = nats.client.new_inbox();
-    let mut sub = match nats.client.subscribe(inbox.clone()).await {
-        Ok(sub) => sub,
-        Err(err) => {
-            warn!(%err, "cluster: cannot subscribe to a reply inbox");
-            return answers;
-        }
-    };
+    // Bounded like the answers: with NATS away the client's command queue
+    // can be full.
+    let mut sub =
+        match tokio::time::timeout_at(deadline, nats.client.subscribe(inbox.clone())).await {
+            Ok(Ok(sub)) => sub,
+            Ok(Err(err)) => {
+                warn!(%err, "cluster: cannot subscribe to a reply inbox");
+                return answers;
+            }
+            Err(_) => return answers,
+        };
     let len = payload.len() as u64;
-    if nats
-        .client
-        .publish_with_reply(subject, inbox, payload)
-        .await
-        .is_ok()
-    {
+    let request = nats.client.publish_with_reply(subject, inbox, payload);
+    if let Ok(Ok(())) = tokio::time::timeout_at(deadline, request).await {
         cluster.metrics.cluster_messages_published.inc();
         cluster.metrics.cluster_bytes_published.inc_by(len);
         while let Ok(Some(msg)) = tokio::time::timeout_at(deadline, sub.next()).await {
@@ -680,7 +693,8 @@ pub(super) async fn gather(
             }
         }
     }
-    let _ = sub.unsubscribe().await;
+    // Dropping unsubscribes without waiting on NATS.
+    drop(sub);
     answers
 }
 

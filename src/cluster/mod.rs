@@ -305,7 +305,7 @@ impl Cluster {
     /// with an empty one).
     pub async fn open(self: &Arc<Self>, room: &str) -> Vec<Update> {
         let deadline = Instant::now() + self.settings.snapshot_timeout;
-        link::subscribe_room(self, room).await;
+        link::subscribe_room(self, room, deadline).await;
         if let Some(nats) = &self.nats {
             let _ = tokio::time::timeout_at(deadline, nats.client.flush()).await;
         }
