@@ -455,10 +455,33 @@ impl Rooms {
                 Some(self.join_locked(&handle, st, name, user, sink))
             })
             .await;
-            if let Some(result) = joined {
-                return result;
+            match joined {
+                Some(Err(refused)) => {
+                    self.refused_join(&handle);
+                    return Err(refused);
+                }
+                Some(result) => return result,
+                None => {}
             }
         }
+    }
+
+    /// A join refused (the room is full of other nodes' members): if this
+    /// node has nobody there, the room lingers and closes like after a
+    /// leave, rather than staying subscribed for ever.
+    fn refused_join(&self, room: &Arc<Room>) {
+        let generation = {
+            let mut st = room.state();
+            let Some(r) = st.remote.as_deref_mut() else {
+                return;
+            };
+            if r.local > 0 {
+                return;
+            }
+            r.linger += 1;
+            r.linger
+        };
+        self.linger(room, generation);
     }
 
     /// Applies the full states gathered when this node opened `room`, then

@@ -46,6 +46,10 @@ struct Node {
 impl Node {
     /// Node `name` in `slot` of 16, tick 100 ms.
     fn new(name: &str, slot: u32) -> Self {
+        Self::with(Cluster::test_settings(name, slot))
+    }
+
+    fn with(settings: crate::cluster::ClusterSettings) -> Self {
         let metrics = Arc::new(Metrics::default());
         metrics.enable_cluster();
         let rooms = Rooms::new(
@@ -61,7 +65,7 @@ impl Node {
             Clock::start(),
             Arc::clone(&metrics),
         );
-        let (cluster, out) = Cluster::detached(Cluster::test_settings(name, slot), metrics);
+        let (cluster, out) = Cluster::detached(settings, metrics);
         rooms.attach_cluster(cluster);
         Self { rooms, out }
     }
@@ -444,6 +448,27 @@ async fn capacity_counts_remote_members() {
 }
 
 #[tokio::test]
+async fn a_room_refused_as_full_does_not_stay_open_on_a_node_with_nobody_there() {
+    let mut node = Node::new("n1", 1);
+    // The room opened here and filled with other nodes' members only.
+    let room = node.rooms.handle("lobby");
+    room.opened.set(()).expect("not opened yet");
+    let n2 = origin("n2", 7, 2);
+    let four = (0..4).map(|i| member(2 + 16 * i, "x", 1)).collect();
+    node.apply("lobby", full(&n2, 1, four));
+    let sink: Arc<dyn Sink> = Arc::new(Frames::default());
+    let err = node.rooms.join("lobby", "Bo".into(), sink).await.err();
+    assert!(
+        matches!(err, Some(crate::room::JoinError::RoomFull { .. })),
+        "{err:?}"
+    );
+    // The test settings linger 0 ms: closed at once.
+    assert!(node.published().last().is_some_and(|(_, u)| u.closed));
+    assert_eq!(node.metrics().rooms.get(), 0);
+    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
+}
+
+#[tokio::test]
 async fn the_last_local_member_leaving_closes_the_room_after_the_linger() {
     let mut node = Node::new("n1", 1);
     let n2 = origin("n2", 7, 2);
@@ -471,6 +496,27 @@ async fn the_last_local_member_leaving_closes_the_room_after_the_linger() {
         update(&n2, 2, vec![Op::Joined(member(18, "Dee", 1))]),
     );
     assert!(node.rooms.list().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_room_lingers_and_a_join_meanwhile_keeps_it() {
+    let mut settings = Cluster::test_settings("n1", 1);
+    settings.linger = Duration::from_millis(1_000);
+    let mut node = Node::with(settings);
+    let (ada, _) = node.join("lobby", "Ada").await;
+    ada.leave(LeaveReason::Left).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    // Back within the linger: the same room, no reopening.
+    let (bo, _) = node.join("lobby", "Bo").await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(node.rooms.list().len(), 1, "the first linger did nothing");
+    assert!(!node.published().iter().any(|(_, u)| u.closed));
+    bo.leave(LeaveReason::Left).await;
+    tokio::time::sleep(Duration::from_millis(999)).await;
+    assert_eq!(node.metrics().rooms.get(), 1, "still lingering");
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(node.metrics().rooms.get(), 0);
+    assert!(node.published().last().is_some_and(|(_, u)| u.closed));
 }
 
 #[tokio::test]
