@@ -243,6 +243,8 @@ fn remove_ids(
 /// What applying an update needs besides the room's state.
 struct Apply<'a> {
     metrics: &'a Metrics,
+    /// A node's part holds at most the room capacity.
+    capacity: usize,
     node: &'a Arc<str>,
     frames: &'a mut Vec<Frame>,
     last_flush_ms: u64,
@@ -268,6 +270,10 @@ impl Apply<'_> {
             Some(_) => {
                 // Two live nodes share a slot, and their joins raced.
                 self.metrics.cluster_id_conflicts.inc();
+            }
+            None if ids.len() >= self.capacity => {
+                // More than a room holds from one node: not trusted.
+                self.metrics.cluster_bad_messages.inc();
             }
             None => {
                 let member = Member {
@@ -528,6 +534,7 @@ impl Rooms {
         let node = Arc::clone(&u.origin.node);
         let mut apply = Apply {
             metrics: &self.metrics,
+            capacity: self.settings.capacity,
             node: &node,
             frames,
             last_flush_ms: r.last_flush_ms,
@@ -566,6 +573,10 @@ impl Rooms {
             return None;
         }
         let opened = r.opened;
+        if !r.parts.contains_key(&node) && r.parts.len() >= crate::cluster::directory::MAX_PEERS {
+            apply.metrics.cluster_bad_messages.inc();
+            return None;
+        }
         let part = r
             .parts
             .entry(Arc::clone(&node))

@@ -567,3 +567,15 @@ fn ids_in_a_slot_are_lowest_free_first() {
     members.remove(&MemberId(19));
     assert_eq!(lowest_free_in_slot(&members, 3, 16), MemberId(19));
 }
+
+#[tokio::test]
+async fn a_node_cannot_put_more_than_a_room_holds_into_it() {
+    let node = Node::new("n1", 1);
+    let (_ada, _) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    let five = (0..5).map(|i| member(2 + 16 * i, "x", 1)).collect();
+    node.apply("lobby", full(&n2, 1, five));
+    // Capacity 4: four of n2's members are taken, the fifth is refused.
+    assert_eq!(node.metrics().cluster_remote_members.get(), 4);
+    assert_eq!(node.metrics().cluster_bad_messages.get(), 1);
+}
