@@ -521,6 +521,22 @@ async fn on_snapshot_request(cluster: &Cluster, msg: &async_nats::Message) {
     if !observe(cluster, &from) {
         return;
     }
+    // The asker is opening the room, so it has nobody there: forget any
+    // part of it we still hold (its `closed` may have been lost, and its
+    // new sequence starts again from 1).
+    let reset = super::wire::Update {
+        origin: from,
+        seq: 0,
+        full: false,
+        tick_ms: 0,
+        ops: Vec::new(),
+        motion: Vec::new(),
+        closed: true,
+    };
+    let _ = cluster
+        .inbound
+        .send(Inbound::Update(Arc::from(room.as_str()), reset))
+        .await;
     let sent = cluster
         .room_side()
         .is_some_and(|rooms| rooms.publish_full(&room, Some(reply.clone())));
