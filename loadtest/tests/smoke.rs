@@ -203,9 +203,11 @@ async fn fifty_bots_get_every_update() {
     server.stop().await;
 }
 
-/// nats-server on ephemeral ports (`-p -1 -m -1`), killed when dropped.
+/// nats-server on ephemeral ports (`-p -1 -m -1`), killed when dropped:
+/// its client URL and its monitoring URL.
 struct NatsServer {
     _child: tokio::process::Child,
+    client: String,
     monitor: String,
 }
 
@@ -218,23 +220,122 @@ impl NatsServer {
             .spawn()
             .expect("nats-server is installed (Debian package nats-server)");
         let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let monitor = timeout(Duration::from_secs(10), async {
+        let (mut client, mut monitor) = (None, None);
+        timeout(Duration::from_secs(10), async {
             while let Some(line) = lines.next_line().await.expect("nats-server stderr") {
+                if let Some((_, addr)) = line.split_once("Listening for client connections on ") {
+                    client = Some(format!("nats://{}", addr.trim()));
+                }
                 if let Some((_, addr)) = line.split_once("Starting http monitor on ") {
-                    return format!("http://{}", addr.trim());
+                    monitor = Some(format!("http://{}", addr.trim()));
+                }
+                if client.is_some() && monitor.is_some() {
+                    return;
                 }
             }
-            panic!("nats-server ended before its monitor started")
+            panic!("nats-server ended before it listened")
         })
         .await
-        .expect("nats-server's monitor starts within 10 s");
+        .expect("nats-server listens within 10 s");
         // Keep reading its log, so it never blocks on a full pipe.
         tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
         Self {
             _child: child,
-            monitor,
+            client: client.expect("a client port"),
+            monitor: monitor.expect("a monitor port"),
         }
     }
+}
+
+/// Waits (bounded) until the node behind `url` sees `peers` other nodes.
+async fn until_peers(url: &str, peers: f64) {
+    let target = loadtest::plan::Target::parse(url, false).expect("a node URL");
+    timeout(Duration::from_secs(10), async {
+        loop {
+            if let Ok(s) = loadtest::scrape::scrape(&target).await
+                && s.get("amble_cluster_peers") == Some(peers)
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the nodes see each other within 10 s");
+}
+
+/// Two cluster nodes (in-process, one nats-server) and every room spanning
+/// both (bot i on node i mod 2): each bot expects every other bot of its
+/// room wherever it is connected, and gets every update; the report has
+/// each node's cluster figures and nats-server's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rooms_spanning_two_cluster_nodes_get_every_update() {
+    let nats = NatsServer::start().await;
+    let node = |name: &'static str, slot: &'static str| {
+        let nats = nats.client.clone();
+        async move {
+            TestServer::start(&[
+                // A tick above --cluster-lead-ms (20 ms by default).
+                "--tick-ms",
+                "50",
+                "--move-interval-ms",
+                "100",
+                "--nats",
+                &nats,
+                "--node-name",
+                name,
+                "--node-slot",
+                slot,
+            ])
+            .await
+        }
+    };
+    let (a, b) = (node("n1", "1").await, node("n2", "2").await);
+    until_peers(&a.url(), 1.0).await;
+    until_peers(&b.url(), 1.0).await;
+    let urls = format!("{},{}", a.url(), b.url());
+    let report = run(opts(&[
+        "--url",
+        &urls,
+        "--nats-monitor",
+        &nats.monitor,
+        "--bots",
+        "40",
+        "--room-size",
+        "10",
+        "--move-interval",
+        "200ms",
+        "--duration",
+        "3s",
+        "--warmup",
+        "1s",
+        "--quiet",
+    ]))
+    .await;
+    let Report::Load(r) = report else {
+        panic!("a load report")
+    };
+    assert_eq!((r.connected, r.connect_failures), (40, 0), "{r:#?}");
+    assert!(r.errors.is_empty(), "errors: {:?}", r.errors);
+    // Rooms of 10 over two nodes: each bot receives the 9 others.
+    assert!(r.moves_applied > 0);
+    assert_eq!(r.updates_expected, r.moves_applied * 9, "{r:#?}");
+    assert_eq!(r.delivery_rate, Some(1.0), "{r:#?}");
+    assert_eq!(r.duplicates, 0);
+    for node in &r.nodes {
+        let c = node
+            .server
+            .as_ref()
+            .unwrap()
+            .cluster
+            .as_ref()
+            .expect("cluster figures");
+        assert!(c.messages_published > 0 && c.remote_moves > 0, "{node:?}");
+    }
+    let n = r.nats.as_ref().expect("nats-server's figures");
+    assert!(n.in_msgs > 0 && n.out_msgs > 0, "{n:?}");
+    a.stop().await;
+    b.stop().await;
 }
 
 /// Two servers behind one `--url` (two single processes, not a cluster:
