@@ -5,6 +5,8 @@ mod auth;
 mod bad_input;
 mod binary;
 mod client_input;
+mod cluster;
+mod cluster_support;
 mod handshake;
 mod http;
 mod lifecycle;

@@ -1,0 +1,1297 @@
+//! Cluster mode (issue 9) over real processes: a real `nats-server` on
+//! ephemeral ports, two or three `amble` nodes (`n1`, `n2`, `n3` with slots
+//! 1, 2, 3), and real WebSocket clients. See `cluster_support` for the
+//! processes.
+//!
+//! Every client keeps its own view of the room (from its `Welcome`, then
+//! `Joined`, `Left`, motion and `Resync`) and checks each message against
+//! it as it arrives: a `Joined` for an id or name already there (a
+//! duplicate), a `Left`, chat or move for a member that is not there (a
+//! ghost or a reordering), or two motion frames in one tick fail the test
+//! at once.
+//!
+//! The node timeouts are the defaults (1 s heartbeats, 3 s until a silent
+//! node is down), so the 5 s bounds of the contract are what is measured,
+//! from the moment of the kill, stop or restart. Where a test sets a timing
+//! flag, it says why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use amble::protocol::pb::{self, client_message::Body as C, server_message::Body as S};
+use amble::protocol::{MemberId, Motion, MotionRecord, Position, Walk, decode_motion, move_body};
+use tokio::time::Instant;
+
+use crate::cluster_support::*;
+use crate::support::{Client, Event};
+
+/// `--cluster-slots`' default: a wire id is `local_index * 16 + slot`.
+const SLOTS: u32 = 16;
+/// `LEAVE_REASON_SERVER_LOST`: the member's server went away.
+const SERVER_LOST: i32 = 7;
+const LEFT: i32 = pb::LeaveReason::Left as i32;
+const DISCONNECTED: i32 = pb::LeaveReason::Disconnected as i32;
+const SHUTDOWN: i32 = pb::LeaveReason::Shutdown as i32;
+/// The contract's bound for removing a dead node's members, and for
+/// rebuilding the shared rooms after NATS comes back.
+const FIVE_S: Duration = Duration::from_secs(5);
+
+// ------------------------------------------------------------------ cluster
+
+/// nats-server and nodes `n1..=nN`.
+struct Cluster {
+    nats: Nats,
+    nodes: Vec<Node>,
+}
+
+impl Cluster {
+    /// nats-server and `n` nodes with the default settings, each of which
+    /// has heard from all the others.
+    async fn start(n: u32) -> Self {
+        let extras = vec![&[][..]; n as usize];
+        Self::start_with(&extras).await
+    }
+
+    /// One node per entry of `extras` (its extra arguments).
+    async fn start_with(extras: &[&[&str]]) -> Self {
+        let nats = Nats::start().await;
+        let mut nodes = Vec::new();
+        for (i, extra) in (1..).zip(extras) {
+            nodes.push(Node::start(&nats, i, extra).await);
+        }
+        let cluster = Self { nats, nodes };
+        cluster.settled(&cluster.all()).await;
+        cluster
+    }
+
+    fn all(&self) -> Vec<u32> {
+        (1..=self.nodes.len() as u32).collect()
+    }
+
+    /// Node `nI`.
+    fn n(&self, i: u32) -> &Node {
+        &self.nodes[i as usize - 1]
+    }
+
+    fn n_mut(&mut self, i: u32) -> &mut Node {
+        &mut self.nodes[i as usize - 1]
+    }
+
+    /// Waits until each of `nodes` counts the others as its peers.
+    async fn settled(&self, nodes: &[u32]) {
+        let want = nodes.len() as f64 - 1.0;
+        for &i in nodes {
+            let node = self.n(i);
+            poll(
+                SETTLE,
+                &format!("{} to count {want} peers", node.name),
+                || async {
+                    match node.metric("amble_cluster_peers").await {
+                        Some(v) if v == want => Ok(()),
+                        other => Err(format!("amble_cluster_peers {other:?}")),
+                    }
+                },
+            )
+            .await;
+        }
+    }
+}
+
+// ------------------------------------------------------------------- people
+
+/// What a client received, in order.
+#[derive(Clone, Debug, PartialEq)]
+enum Seen {
+    Joined(u32, String),
+    Left(u32, i32),
+    Chat(u32, String),
+    /// The batch's time word and its records.
+    Motion(u32, Vec<MotionRecord>),
+    Resync(Vec<u32>),
+    Pong(u64),
+    Other(String),
+    /// The server closed the connection (code).
+    Closed(u16),
+}
+
+/// A WebSocket client in a room, with its own view of the room.
+struct Person {
+    name: String,
+    id: u32,
+    client: Client,
+    /// The room as this client knows it: id -> member.
+    view: BTreeMap<u32, pb::Member>,
+    /// Everything received since the Welcome, with when it was read.
+    seen: Vec<(Instant, Seen)>,
+    /// Entries of `seen` a wait has taken.
+    taken: BTreeSet<usize>,
+    /// The previous motion frame's time word, and when it came.
+    last_frame: Option<(u32, Instant)>,
+    seq: u32,
+    closed: bool,
+}
+
+fn standing(x: u32, y: u32) -> Motion {
+    Motion::standing(Position { x, y })
+}
+
+fn walking(from: (u32, u32), to: (u32, u32), speed: u32) -> Motion {
+    Motion {
+        position: Position {
+            x: from.0,
+            y: from.1,
+        },
+        walk: Some(Walk {
+            target: Position { x: to.0, y: to.1 },
+            speed,
+        }),
+    }
+}
+
+impl Person {
+    /// Connects to `node` and joins `room` as `name`.
+    async fn join(node: &Node, room: &str, name: &str) -> Self {
+        let client = Client::connect(&node.ws_url()).await;
+        let mut person = Self {
+            name: name.to_owned(),
+            id: u32::MAX,
+            client,
+            view: BTreeMap::new(),
+            seen: Vec::new(),
+            taken: BTreeSet::new(),
+            last_frame: None,
+            seq: 0,
+            closed: false,
+        };
+        person.join_again(room).await;
+        person
+    }
+
+    /// Joins `room` (again) on the same connection.
+    async fn join_again(&mut self, room: &str) {
+        self.client
+            .send(C::Join(pb::Join {
+                room: room.into(),
+                name: self.name.clone(),
+                token: String::new(),
+            }))
+            .await;
+        let welcome = loop {
+            match self.next(Instant::now() + SETTLE, "its Welcome").await {
+                (_, Some(S::Welcome(w))) => break w,
+                (_, Some(S::Error(e))) => panic!("{}: join refused: {e:?}", self.name),
+                _ => {}
+            }
+        };
+        self.id = welcome.member_id;
+        let snapshot = welcome.snapshot.expect("a Welcome has a snapshot");
+        self.view = self.members_of(snapshot);
+        assert!(
+            self.view.contains_key(&self.id),
+            "{}: own id {} not in the Welcome",
+            self.name,
+            self.id
+        );
+        self.last_frame = None;
+    }
+
+    /// A snapshot's members by id, refusing duplicate ids and names.
+    fn members_of(&self, snapshot: pb::Snapshot) -> BTreeMap<u32, pb::Member> {
+        let mut view = BTreeMap::new();
+        let mut names = BTreeSet::new();
+        for m in snapshot.members {
+            assert!(
+                names.insert(m.name.clone()),
+                "{}: two members named {} in a snapshot",
+                self.name,
+                m.name
+            );
+            let id = m.id;
+            assert!(
+                view.insert(id, m).is_none(),
+                "{}: id {id} twice in a snapshot",
+                self.name
+            );
+        }
+        view
+    }
+
+    /// The names in this client's view, sorted.
+    fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.view.values().map(|m| m.name.clone()).collect();
+        names.sort();
+        names
+    }
+
+    /// The id this client knows `name` by.
+    fn id_of(&self, name: &str) -> u32 {
+        self.view
+            .values()
+            .find(|m| m.name == name)
+            .map(|m| m.id)
+            .unwrap_or_else(|| panic!("{}: no {name} in {:?}", self.name, self.names()))
+    }
+
+    /// Reads one message (before `deadline`), checks it against the view
+    /// and applies it. Returns when it was read and its body (`None` for a
+    /// motion batch or a close).
+    async fn next(&mut self, deadline: Instant, what: &str) -> (Instant, Option<S>) {
+        assert!(!self.closed, "{}: closed, waiting for {what}", self.name);
+        let event = match tokio::time::timeout_at(deadline, self.client.event()).await {
+            Ok(e) => e,
+            Err(_) => panic!(
+                "{}: timed out waiting for {what}; view {:?}; last seen {:?}",
+                self.name,
+                self.names(),
+                self.seen.iter().rev().take(12).collect::<Vec<_>>()
+            ),
+        };
+        let now = Instant::now();
+        let m = match event {
+            Event::Message(m) => m,
+            Event::Closed(frame) => {
+                self.closed = true;
+                let code = frame.map_or(1006, |f| f.code.into());
+                self.seen.push((now, Seen::Closed(code)));
+                return (now, None);
+            }
+        };
+        if !m.motion.is_empty() {
+            let (time, records) = decode_motion(&m.motion).expect("a valid motion batch");
+            self.check_frame(time, now, &records);
+            self.seen.push((now, Seen::Motion(time, records)));
+            return (now, None);
+        }
+        let seen = match &m.body {
+            Some(S::Joined(j)) => {
+                let member = j.member.clone().expect("Joined has a member");
+                assert!(
+                    !self.view.contains_key(&member.id),
+                    "{}: Joined {} as id {}, which is already in the view {:?}: a duplicate",
+                    self.name,
+                    member.name,
+                    member.id,
+                    self.view.get(&member.id).map(|m| &m.name)
+                );
+                assert!(
+                    !self.view.values().any(|m| m.name == member.name),
+                    "{}: Joined {} (id {}) while {} is already in the view: a ghost or a duplicate",
+                    self.name,
+                    member.name,
+                    member.id,
+                    member.name
+                );
+                let seen = Seen::Joined(member.id, member.name.clone());
+                self.view.insert(member.id, member);
+                seen
+            }
+            Some(S::Left(l)) => {
+                assert!(
+                    self.view.remove(&l.member_id).is_some(),
+                    "{}: Left for id {} (reason {}), which is not in the view {:?}",
+                    self.name,
+                    l.member_id,
+                    l.reason,
+                    self.names()
+                );
+                Seen::Left(l.member_id, l.reason)
+            }
+            Some(S::Chat(c)) => {
+                assert!(
+                    self.view.contains_key(&c.member_id),
+                    "{}: chat {:?} from id {}, who is not in the view {:?}",
+                    self.name,
+                    c.text,
+                    c.member_id,
+                    self.names()
+                );
+                Seen::Chat(c.member_id, c.text.clone())
+            }
+            Some(S::Pong(p)) => Seen::Pong(p.client_time_ms),
+            Some(S::Resync(r)) => {
+                self.view = self.members_of(r.clone());
+                Seen::Resync(self.view.keys().copied().collect())
+            }
+            other => Seen::Other(format!("{other:?}")),
+        };
+        self.seen.push((now, seen));
+        (now, m.body)
+    }
+
+    /// A motion frame: at most one per tick, every record of a member in
+    /// the view, each member once.
+    fn check_frame(&mut self, time: u32, now: Instant, records: &[MotionRecord]) {
+        // Time words repeat every 128 ticks (12.8 s at 100 ms): the same
+        // word within half of that is the same tick.
+        if let Some((last, at)) = self.last_frame {
+            assert!(
+                !(last == time && now - at < Duration::from_millis(6_400)),
+                "{}: two motion frames in the tick with time word {time}",
+                self.name
+            );
+        }
+        self.last_frame = Some((time, now));
+        let mut ids = BTreeSet::new();
+        for r in records {
+            let id = r.member.0;
+            assert!(ids.insert(id), "{}: id {id} twice in one frame", self.name);
+            let member = self.view.get_mut(&id).unwrap_or_else(|| {
+                panic!(
+                    "{}: a move of id {id}, who is not in the view (ids {:?})",
+                    self.name, ids
+                )
+            });
+            member.position = Some(r.motion.position.into());
+            member.walk = r.motion.walk.map(Into::into);
+        }
+    }
+
+    /// The first entry not yet taken for which `pick` returns something,
+    /// among those already read and then those arriving (each checked
+    /// against the view as it comes); the entry is taken, so a later wait
+    /// does not find it again. Entries may be taken out of order: a chat
+    /// that overtook a move is still found after the move is.
+    async fn take<T>(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        mut pick: impl FnMut(&Seen) -> Option<T>,
+    ) -> (T, Instant) {
+        let deadline = Instant::now() + limit;
+        let mut next = 0;
+        loop {
+            while next < self.seen.len() {
+                let i = next;
+                next += 1;
+                if self.taken.contains(&i) {
+                    continue;
+                }
+                let (at, seen) = &self.seen[i];
+                if let Some(t) = pick(seen) {
+                    let at = *at;
+                    self.taken.insert(i);
+                    return (t, at);
+                }
+            }
+            assert!(
+                !self.closed,
+                "{}: closed while waiting for {what}",
+                self.name
+            );
+            self.next(deadline, what).await;
+        }
+    }
+
+    /// Reads until this client's view holds exactly `names`; returns when.
+    async fn sees(&mut self, limit: Duration, names: &[&str]) -> Instant {
+        let mut want: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        want.sort();
+        let deadline = Instant::now() + limit;
+        let what = format!("the room to be {want:?}");
+        while self.names() != want {
+            assert!(
+                !self.closed,
+                "{}: closed while waiting for {what}",
+                self.name
+            );
+            self.next(deadline, &what).await;
+        }
+        Instant::now()
+    }
+
+    /// A `Joined` for `name`: its id.
+    async fn sees_join(&mut self, name: &str) -> u32 {
+        self.take(SETTLE, &format!("{name} to join"), |s| match s {
+            Seen::Joined(id, n) if n == name => Some(*id),
+            _ => None,
+        })
+        .await
+        .0
+    }
+
+    /// A `Left` for `id`: the reason, and when it was read.
+    async fn sees_left(&mut self, id: u32) -> (i32, Instant) {
+        self.take(SETTLE, &format!("id {id} to leave"), |s| match s {
+            Seen::Left(left, reason) if *left == id => Some(*reason),
+            _ => None,
+        })
+        .await
+    }
+
+    /// A motion frame that puts `id` at `motion`: the frame's records.
+    async fn sees_move(&mut self, id: u32, motion: Motion) -> Vec<MotionRecord> {
+        let what = format!("id {id} to move to {motion:?}");
+        self.take(SETTLE, &what, |s| match s {
+            Seen::Motion(_, records)
+                if records
+                    .iter()
+                    .any(|r| r.member == MemberId(id) && r.motion == motion) =>
+            {
+                Some(records.clone())
+            }
+            _ => None,
+        })
+        .await
+        .0
+    }
+
+    /// The chat `text` from `id`.
+    async fn sees_chat(&mut self, id: u32, text: &str) {
+        let what = format!("chat {text:?} from id {id}");
+        self.take(SETTLE, &what, |s| {
+            matches!(s, Seen::Chat(from, t) if *from == id && t == text).then_some(())
+        })
+        .await;
+    }
+
+    /// Reads until the server closes the connection; returns the code.
+    async fn sees_close(&mut self) -> u16 {
+        let deadline = Instant::now() + SETTLE;
+        while !self.closed {
+            self.next(deadline, "the connection to close").await;
+        }
+        match self.seen.last() {
+            Some((_, Seen::Closed(code))) => *code,
+            other => panic!("{}: closed after {other:?}", self.name),
+        }
+    }
+
+    /// A Ping answered: everything the server sent before the Pong has
+    /// been read (and checked).
+    async fn ping(&mut self) {
+        let stamp = u64::from(fastrand::u32(..));
+        self.client
+            .send(C::Ping(pb::Ping {
+                client_time_ms: stamp,
+            }))
+            .await;
+        self.take(SETTLE, "a Pong", |s| {
+            (*s == Seen::Pong(stamp)).then_some(())
+        })
+        .await;
+    }
+
+    async fn send_move(&mut self, motion: Motion) {
+        self.seq += 1;
+        self.client.send(move_body(motion, self.seq, 0)).await;
+    }
+
+    async fn say(&mut self, text: &str) {
+        self.client
+            .send(C::Chat(pb::SendChat { text: text.into() }))
+            .await;
+    }
+
+    async fn leave(&mut self) {
+        self.client.send(C::Leave(pb::Leave {})).await;
+    }
+
+    /// The events concerning `id`, in the order they were read.
+    fn about(&self, id: u32) -> Vec<Seen> {
+        self.seen
+            .iter()
+            .filter_map(|(_, s)| match s {
+                Seen::Joined(i, _) | Seen::Left(i, _) | Seen::Chat(i, _) if *i == id => {
+                    Some(s.clone())
+                }
+                Seen::Motion(t, records) => {
+                    let mine: Vec<MotionRecord> = records
+                        .iter()
+                        .filter(|r| r.member == MemberId(id))
+                        .copied()
+                        .collect();
+                    (!mine.is_empty()).then_some(Seen::Motion(*t, mine))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// A fresh client's Welcome on `node`: the room's full member list (names,
+/// sorted), without the fresh client itself. It leaves again at once.
+async fn welcome_names(node: &Node, room: &str) -> Vec<String> {
+    let probe = format!("probe-{}", fastrand::u32(..));
+    let mut p = Person::join(node, room, &probe).await;
+    let names = p
+        .names()
+        .into_iter()
+        .filter(|n| *n != probe)
+        .collect::<Vec<_>>();
+    p.leave().await;
+    names
+}
+
+/// Waits until a fresh joiner's Welcome on `node` lists exactly `names`.
+async fn welcome_lists(node: &Node, room: &str, names: &[&str], limit: Duration) {
+    let mut want: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    want.sort();
+    poll(
+        limit,
+        &format!("a Welcome on {} to list {want:?}", node.name),
+        || async {
+            let got = welcome_names(node, room).await;
+            if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+fn assert_within(bound: Duration, from: Instant, at: Instant, what: &str) {
+    let took = at - from;
+    assert!(took <= bound, "{what} took {took:?}, over {bound:?}");
+}
+
+// -------------------------------------------------------------------- tests
+
+#[tokio::test]
+async fn members_on_two_nodes_see_each_others_join_moves_chat_and_leave() {
+    let c = Cluster::start(2).await;
+    let mut ada = Person::join(c.n(1), "plaza", "Ada").await;
+    assert_eq!(ada.id % SLOTS, c.n(1).slot, "an id from n1's slot");
+    ada.send_move(standing(1111, 2222)).await;
+    ada.sees_move(ada.id, standing(1111, 2222)).await;
+
+    let mut bo = Person::join(c.n(2), "plaza", "Bo").await;
+    assert_eq!(bo.id % SLOTS, c.n(2).slot, "an id from n2's slot");
+    assert_eq!(bo.names(), ["Ada", "Bo"], "Bo's Welcome lists Ada on n1");
+    assert_eq!(bo.id_of("Ada"), ada.id);
+    assert_eq!(
+        bo.view[&ada.id].position,
+        Some(pb::Position { x: 1111, y: 2222 }),
+        "with her last position"
+    );
+    assert_eq!(ada.sees_join("Bo").await, bo.id);
+
+    // A walk from n1 reaches n2 whole; a step from n2 reaches n1.
+    let walk = walking((1111, 2222), (3000, 2500), 500);
+    ada.send_move(walk).await;
+    bo.sees_move(ada.id, walk).await;
+    bo.send_move(standing(400, 300)).await;
+    ada.sees_move(bo.id, standing(400, 300)).await;
+
+    // Chat both ways; the sender gets its own too.
+    ada.say("hello from n1").await;
+    bo.sees_chat(ada.id, "hello from n1").await;
+    ada.sees_chat(ada.id, "hello from n1").await;
+    bo.say("hi from n2").await;
+    ada.sees_chat(bo.id, "hi from n2").await;
+
+    // A Leave, then a dropped connection, each seen on the other node.
+    let mut cy = Person::join(c.n(2), "plaza", "Cy").await;
+    assert_eq!(cy.names(), ["Ada", "Bo", "Cy"]);
+    ada.sees_join("Cy").await;
+    ada.leave().await;
+    assert_eq!(cy.sees_left(ada.id).await.0, LEFT);
+    assert_eq!(bo.sees_left(ada.id).await.0, LEFT);
+    let mut dee = Person::join(c.n(1), "plaza", "Dee").await;
+    assert_eq!(dee.names(), ["Bo", "Cy", "Dee"]);
+    drop(bo);
+    assert_eq!(dee.sees_left(cy.id_of("Bo")).await.0, DISCONNECTED);
+    cy.sees(SETTLE, &["Cy", "Dee"]).await;
+}
+
+/// One member's join, moves, chat and leave reach a member on another node
+/// in the order they happened, and nothing of it comes after its `Left`.
+#[tokio::test]
+async fn one_members_events_keep_their_order_across_nodes() {
+    let c = Cluster::start(2).await;
+    let mut watcher = Person::join(c.n(2), "order", "Watcher").await;
+    let mut dee = Person::join(c.n(1), "order", "Dee").await;
+    // Each step waits for Dee's own node to have applied the one before.
+    dee.send_move(standing(100, 100)).await;
+    dee.sees_move(dee.id, standing(100, 100)).await;
+    dee.say("after the first move").await;
+    dee.sees_chat(dee.id, "after the first move").await;
+    dee.send_move(standing(200, 200)).await;
+    dee.sees_move(dee.id, standing(200, 200)).await;
+    dee.say("after the second move").await;
+    dee.sees_chat(dee.id, "after the second move").await;
+    // A move and a leave at once: the move may be dropped with the member,
+    // but never come after the Left (the view check fails on that).
+    dee.send_move(standing(300, 300)).await;
+    dee.leave().await;
+    watcher.sees_left(dee.id).await;
+
+    let id = dee.id;
+    let moved = |m: Motion| {
+        Seen::Motion(
+            0,
+            vec![MotionRecord {
+                member: MemberId(id),
+                motion: m,
+            }],
+        )
+    };
+    let got: Vec<Seen> = watcher
+        .about(id)
+        .into_iter()
+        // The time words are the ticks' own; the order is what counts here.
+        .map(|s| match s {
+            Seen::Motion(_, r) => Seen::Motion(0, r),
+            s => s,
+        })
+        .filter(|s| *s != moved(standing(300, 300)))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            Seen::Joined(id, "Dee".into()),
+            moved(standing(100, 100)),
+            Seen::Chat(id, "after the first move".into()),
+            moved(standing(200, 200)),
+            Seen::Chat(id, "after the second move".into()),
+            Seen::Left(id, LEFT),
+        ]
+    );
+}
+
+/// Each member gets at most one motion frame per tick (the view check), and
+/// a local and a remote move made at the same moment normally share it.
+#[tokio::test]
+async fn local_and_remote_moves_share_one_frame_per_tick() {
+    let c = Cluster::start(2).await;
+    let mut ada = Person::join(c.n(1), "tick", "Ada").await;
+    let mut bo = Person::join(c.n(2), "tick", "Bo").await;
+    let mut on1 = Person::join(c.n(1), "tick", "On1").await;
+    let mut on2 = Person::join(c.n(2), "tick", "On2").await;
+    for p in [&mut ada, &mut bo] {
+        p.sees(SETTLE, &["Ada", "Bo", "On1", "On2"]).await;
+    }
+    let (ada_id, bo_id) = (ada.id, bo.id);
+    let mut shared = [false, false];
+    // Moves past the burst are held by the throttle and applied about a
+    // second apart; eight rounds leave room for a few that miss.
+    for round in 0..8 {
+        if shared == [true, true] {
+            break;
+        }
+        let (a, b) = (standing(1000 + round, 1000), standing(2000 + round, 2000));
+        tokio::join!(ada.send_move(a), bo.send_move(b));
+        for (i, watcher) in [&mut on1, &mut on2].into_iter().enumerate() {
+            let mut got = (false, false);
+            while got != (true, true) {
+                let (records, _) = watcher
+                    .take(SETTLE, &format!("round {round}'s moves"), |s| match s {
+                        Seen::Motion(_, r) => Some(r.clone()),
+                        _ => None,
+                    })
+                    .await;
+                let has = |id, m| {
+                    records
+                        .iter()
+                        .any(|r| r.member == MemberId(id) && r.motion == m)
+                };
+                if has(ada_id, a) && has(bo_id, b) {
+                    shared[i] = true;
+                }
+                got = (got.0 || has(ada_id, a), got.1 || has(bo_id, b));
+            }
+        }
+    }
+    assert_eq!(
+        shared,
+        [true, true],
+        "a frame on n1 and a frame on n2 holding both moves of a round"
+    );
+}
+
+#[tokio::test]
+async fn a_late_joiner_on_an_empty_node_gets_every_member_in_its_welcome() {
+    let c = Cluster::start(3).await;
+    let mut ada = Person::join(c.n(1), "late", "Ada").await;
+    let mut al = Person::join(c.n(1), "late", "Al").await;
+    let mut bo = Person::join(c.n(2), "late", "Bo").await;
+    ada.send_move(walking((10, 20), (4000, 4000), 300)).await;
+    bo.send_move(standing(321, 654)).await;
+    al.sees_move(ada.id, walking((10, 20), (4000, 4000), 300))
+        .await;
+    al.sees_move(bo.id, standing(321, 654)).await;
+
+    let cy = Person::join(c.n(3), "late", "Cy").await;
+    assert_eq!(cy.names(), ["Ada", "Al", "Bo", "Cy"]);
+    assert_eq!(cy.id % SLOTS, 3);
+    for p in [&ada, &al, &bo] {
+        assert_eq!(cy.id_of(&p.name), p.id, "{}'s id", p.name);
+    }
+    let ada_seen = &cy.view[&ada.id];
+    assert_eq!(ada_seen.position, Some(pb::Position { x: 10, y: 20 }));
+    assert_eq!(
+        ada_seen.walk.as_ref().and_then(|w| w.target),
+        Some(pb::Position { x: 4000, y: 4000 }),
+        "a walk under way is in the snapshot"
+    );
+    assert_eq!(
+        cy.view[&bo.id].position,
+        Some(pb::Position { x: 321, y: 654 })
+    );
+    // The next joiner there is served from n3's replica.
+    let dee = Person::join(c.n(3), "late", "Dee").await;
+    assert_eq!(dee.names(), ["Ada", "Al", "Bo", "Cy", "Dee"]);
+}
+
+/// A node that has just started (no heartbeat heard yet) still gives a
+/// complete Welcome: a restarted node's first joiners are the usual case.
+#[tokio::test]
+async fn a_join_on_a_node_just_started_gets_every_member_in_its_welcome() {
+    let nats = Nats::start().await;
+    let n1 = Node::start(&nats, 1, &[]).await;
+    let _ada = Person::join(&n1, "fresh", "Ada").await;
+    let n2 = Node::start(&nats, 2, &[]).await;
+    let bo = Person::join(&n2, "fresh", "Bo").await;
+    assert_eq!(bo.names(), ["Ada", "Bo"]);
+}
+
+#[tokio::test]
+async fn ids_stay_unique_across_three_nodes_under_concurrent_joins() {
+    let c = Cluster::start(3).await;
+    let names: Vec<String> = (0..36).map(|i| format!("p{i:02}")).collect();
+    let joins = names.iter().enumerate().map(|(i, name)| {
+        let node = c.n(1 + i as u32 % 3);
+        async move { Person::join(node, "crowd", name).await }
+    });
+    let people = futures_util::future::join_all(joins).await;
+    let mut ids = BTreeSet::new();
+    for (i, p) in people.iter().enumerate() {
+        assert!(ids.insert(p.id), "id {} given twice ({})", p.id, p.name);
+        assert_eq!(
+            p.id % SLOTS,
+            1 + i as u32 % 3,
+            "{}: its node's slot",
+            p.name
+        );
+    }
+    let everyone: Vec<&str> = names.iter().map(String::as_str).collect();
+    for i in 1..=3 {
+        welcome_lists(c.n(i), "crowd", &everyone, SETTLE).await;
+    }
+    // And every member's own view came to hold everyone, with the same ids.
+    for mut p in people {
+        p.sees(SETTLE, &everyone).await;
+        let view: BTreeSet<u32> = p.view.keys().copied().collect();
+        assert_eq!(view, ids, "{}'s view", p.name);
+    }
+}
+
+/// Three nodes, 100 rooms, each held by one node: each node subscribes to
+/// its own rooms only, so the others' traffic never reaches it; after a
+/// room's last member leaves (and the linger), the node unsubscribes.
+#[tokio::test]
+async fn a_node_gets_no_traffic_for_rooms_it_does_not_hold() {
+    let c = Cluster::start(3).await;
+    let room = |i: u32| format!("room-{i:03}");
+    let holder = |i: u32| 1 + i % 3;
+    let joins = (0..100).map(|i| {
+        let node = c.n(holder(i));
+        async move { Person::join(node, &room(i), &format!("m{i}")).await }
+    });
+    let mut people = futures_util::future::join_all(joins).await;
+
+    let subjects = |node: u32| -> BTreeSet<String> {
+        (0..100)
+            .filter(|&i| holder(i) == node)
+            .map(|i| format!("amble.r.{}", room(i)))
+            .collect()
+    };
+    let room_subs = |subs: &[String]| -> BTreeSet<String> {
+        subs.iter()
+            .filter(|s| s.starts_with("amble.r."))
+            .cloned()
+            .collect()
+    };
+    let by_node = c.nats.subscriptions_by_node("amble").await;
+    for i in 1..=3 {
+        let subs = by_node
+            .get(&node_name(i))
+            .unwrap_or_else(|| panic!("no NATS connection of n{i} in {by_node:?}"));
+        assert_eq!(room_subs(subs), subjects(i), "n{i}'s room subscriptions");
+        let gauge = c.n(i).metric("amble_cluster_rooms_subscribed").await;
+        assert_eq!(gauge, Some(subjects(i).len() as f64), "n{i}");
+    }
+
+    // Traffic in every room: a move and a chat each.
+    let before = received_and_published(&c).await;
+    let started = Instant::now();
+    for p in &mut people {
+        p.send_move(standing(500, 500)).await;
+        p.say("traffic").await;
+    }
+    for p in &mut people {
+        let id = p.id;
+        p.sees_move(id, standing(500, 500)).await;
+        p.sees_chat(id, "traffic").await;
+    }
+    let after = received_and_published(&c).await;
+    let seconds = started.elapsed().as_secs_f64();
+    let published: f64 = (0..3).map(|i| after[i].1 - before[i].1).sum();
+    assert!(
+        published >= 200.0,
+        "a move and a chat in 100 rooms published only {published} messages"
+    );
+    // What a node may still receive meanwhile: the two peers' heartbeats.
+    let allowance = 2.0 * (seconds + 2.0);
+    for i in 0..3 {
+        let got = after[i].0 - before[i].0;
+        assert!(
+            got <= allowance,
+            "n{} received {got} messages in {seconds:.1} s while every room it holds \
+             is its own (heartbeats allow {allowance}); nodes published {published}",
+            i + 1
+        );
+    }
+
+    // Room 0's member leaves; room 3's disconnects: n1 unsubscribes both
+    // after the linger, and keeps the rest.
+    people[0].leave().await;
+    people[0].ping().await;
+    let gone = people.remove(3);
+    drop(gone);
+    let mut left = subjects(1);
+    left.remove(&format!("amble.r.{}", room(0)));
+    left.remove(&format!("amble.r.{}", room(3)));
+    poll(
+        SETTLE,
+        "n1 to unsubscribe from room-000 and room-003",
+        || async {
+            let by_node = c.nats.subscriptions_by_node("amble").await;
+            let subs = room_subs(by_node.get("n1").map_or(&[][..], Vec::as_slice));
+            if subs == left {
+                Ok(())
+            } else {
+                Err(format!("{subs:?}"))
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        c.n(1).metric("amble_cluster_rooms_subscribed").await,
+        Some(left.len() as f64)
+    );
+}
+
+/// Per node: (messages received, messages published).
+async fn received_and_published(c: &Cluster) -> Vec<(f64, f64)> {
+    let mut out = Vec::new();
+    for node in &c.nodes {
+        let text = node.metrics().await;
+        let get = |s| metric_in(&text, s).unwrap_or_else(|| panic!("{}: no {s}", node.name));
+        out.push((
+            get("amble_cluster_messages_received_total"),
+            get("amble_cluster_messages_published_total"),
+        ));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_killed_nodes_members_leave_everywhere_within_5_s_and_rejoin_elsewhere() {
+    let mut c = Cluster::start(3).await;
+    let mut ada = Person::join(c.n(1), "kill", "Ada").await;
+    let mut bo = Person::join(c.n(2), "kill", "Bo").await;
+    let mut bea = Person::join(c.n(2), "kill", "Bea").await;
+    let mut cy = Person::join(c.n(3), "kill", "Cy").await;
+    let all = ["Ada", "Bea", "Bo", "Cy"];
+    for p in [&mut ada, &mut bo, &mut bea, &mut cy] {
+        p.sees(SETTLE, &all).await;
+    }
+    let (bo_id, bea_id) = (bo.id, bea.id);
+
+    let killed = Instant::now();
+    c.n_mut(2).kill().await;
+    let (on1, on3) = tokio::join!(
+        async { [ada.sees_left(bo_id).await, ada.sees_left(bea_id).await,] },
+        async { [cy.sees_left(bo_id).await, cy.sees_left(bea_id).await,] }
+    );
+    for (who, lefts) in [("on n1", on1), ("on n3", on3)] {
+        for (reason, at) in lefts {
+            assert_eq!(reason, SERVER_LOST, "{who}: reason");
+            assert_within(FIVE_S, killed, at, &format!("the Left {who}"));
+        }
+    }
+    assert_eq!(ada.names(), ["Ada", "Cy"]);
+
+    // Bo's and Bea's connections broke; they come back through n1 and n3.
+    assert_eq!(
+        bo.sees_close().await,
+        1006,
+        "no close frame from a dead node"
+    );
+    assert_eq!(bea.sees_close().await, 1006);
+    let mut bo = Person::join(c.n(1), "kill", "Bo").await;
+    let mut bea = Person::join(c.n(3), "kill", "Bea").await;
+    for p in [&mut ada, &mut cy, &mut bo, &mut bea] {
+        p.sees(SETTLE, &all).await;
+    }
+    assert_eq!(bo.id % SLOTS, 1);
+    assert_eq!(bea.id % SLOTS, 3);
+    welcome_lists(c.n(1), "kill", &all, SETTLE).await;
+    welcome_lists(c.n(3), "kill", &all, SETTLE).await;
+
+    for i in [1, 3] {
+        let node = c.n(i);
+        let text = node.metrics().await;
+        assert_eq!(metric_in(&text, "amble_cluster_peers"), Some(1.0), "n{i}");
+        assert_eq!(
+            metric_in(&text, "amble_cluster_nodes_lost_total"),
+            Some(1.0),
+            "n{i}"
+        );
+        let (_, lines) = node.healthz().await;
+        assert_eq!(
+            lines.get(1).map(String::as_str),
+            Some(format!("cluster n{i}: connected, 1 peers").as_str()),
+            "n{i} /healthz: {lines:?}"
+        );
+    }
+}
+
+/// SIGTERM: the node says goodbye, so the others drop its members at once.
+/// n1 waits 30 s for a silent node here, so only the goodbye can remove
+/// them within the test.
+#[tokio::test]
+async fn a_graceful_stop_removes_its_members_at_once() {
+    let mut c = Cluster::start_with(&[&["--cluster-node-timeout-ms", "30000"], &[]]).await;
+    let mut ada = Person::join(c.n(1), "bye", "Ada").await;
+    let mut bo = Person::join(c.n(2), "bye", "Bo").await;
+    ada.sees(SETTLE, &["Ada", "Bo"]).await;
+
+    let stopped = Instant::now();
+    c.n(2).terminate();
+    let (reason, at) = ada.sees_left(bo.id).await;
+    assert!(
+        [SHUTDOWN, SERVER_LOST].contains(&reason),
+        "a reason that says the server went away, got {reason}"
+    );
+    assert_within(
+        Duration::from_secs(2),
+        stopped,
+        at,
+        "the Left after SIGTERM",
+    );
+    assert_eq!(bo.sees_close().await, 1001);
+    let exit = c.n_mut(2).exited().await;
+    assert!(exit.success(), "n2 exit status {exit}");
+    assert_eq!(
+        c.n(1).metric("amble_cluster_remote_members").await,
+        Some(0.0)
+    );
+}
+
+/// SIGSTOP n2 past the node timeout: n1 and n3 drop its members; SIGCONT:
+/// they take them back under the same ids, and every view (the clients'
+/// own, a fresh joiner's on each node, the remote member counts) ends
+/// exactly right.
+#[tokio::test]
+async fn a_frozen_node_is_dropped_then_taken_back_without_ghosts_or_duplicates() {
+    let c = Cluster::start(3).await;
+    let mut ada = Person::join(c.n(1), "freeze", "Ada").await;
+    let mut bo = Person::join(c.n(2), "freeze", "Bo").await;
+    let mut bea = Person::join(c.n(2), "freeze", "Bea").await;
+    let mut cy = Person::join(c.n(3), "freeze", "Cy").await;
+    let all = ["Ada", "Bea", "Bo", "Cy"];
+    for p in [&mut ada, &mut bo, &mut bea, &mut cy] {
+        p.sees(SETTLE, &all).await;
+    }
+    let (bo_id, bea_id) = (bo.id, bea.id);
+
+    let frozen = Instant::now();
+    c.n(2).freeze();
+    let (on1, on3) = tokio::join!(
+        async { [ada.sees_left(bo_id).await, ada.sees_left(bea_id).await,] },
+        async { [cy.sees_left(bo_id).await, cy.sees_left(bea_id).await,] }
+    );
+    for (who, lefts) in [("on n1", on1), ("on n3", on3)] {
+        for (reason, at) in lefts {
+            assert_eq!(reason, SERVER_LOST, "{who}: reason");
+            assert_within(FIVE_S, frozen, at, &format!("the Left {who}"));
+        }
+    }
+
+    let thawed = Instant::now();
+    c.n(2).thaw();
+    let (a, b) = tokio::join!(ada.sees(SETTLE, &all), cy.sees(SETTLE, &all));
+    assert_within(FIVE_S, thawed, a.max(b), "taking n2's members back");
+    assert_eq!(
+        (ada.id_of("Bo"), ada.id_of("Bea")),
+        (bo_id, bea_id),
+        "same ids"
+    );
+    for p in [&mut bo, &mut bea] {
+        p.sees(SETTLE, &all).await;
+    }
+    // n2 serves again: Bo's move reaches n1 and n3.
+    bo.send_move(standing(777, 888)).await;
+    ada.sees_move(bo_id, standing(777, 888)).await;
+    cy.sees_move(bo_id, standing(777, 888)).await;
+
+    for i in 1..=3 {
+        welcome_lists(c.n(i), "freeze", &all, SETTLE).await;
+    }
+    for (i, remote) in [(1, 3.0), (2, 2.0), (3, 3.0)] {
+        let node = c.n(i);
+        poll(SETTLE, &format!("n{i}'s remote members"), || async {
+            match node.metric("amble_cluster_remote_members").await {
+                Some(v) if v == remote => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+    // Nothing more trickles in: a ping round trip on each, views unchanged.
+    for p in [&mut ada, &mut bo, &mut bea, &mut cy] {
+        p.ping().await;
+        p.sees(SETTLE, &all).await;
+    }
+}
+
+/// NATS killed: each node goes on serving its own members (moves, chat,
+/// even a new join), the shared room shrinks to what is local, /healthz
+/// and /metrics say so; NATS back on the same port: the room is whole again
+/// on both nodes within 5 s.
+#[tokio::test]
+async fn without_nats_each_node_serves_its_own_and_the_room_heals_within_5_s() {
+    let mut c = Cluster::start(2).await;
+    let mut ada = Person::join(c.n(1), "outage", "Ada").await;
+    let mut al = Person::join(c.n(1), "outage", "Al").await;
+    let mut bo = Person::join(c.n(2), "outage", "Bo").await;
+    let mut bea = Person::join(c.n(2), "outage", "Bea").await;
+    let all = ["Ada", "Al", "Bea", "Bo"];
+    for p in [&mut ada, &mut al, &mut bo, &mut bea] {
+        p.sees(SETTLE, &all).await;
+    }
+
+    let lost = Instant::now();
+    c.nats.stop().await;
+    let (ada_at, bo_at) = tokio::join!(
+        ada.sees(SETTLE, &["Ada", "Al"]),
+        bo.sees(SETTLE, &["Bea", "Bo"])
+    );
+    assert_within(FIVE_S, lost, ada_at.max(bo_at), "the rooms shrinking");
+    for p in [&ada, &bo] {
+        let reasons: Vec<i32> = p
+            .seen
+            .iter()
+            .filter_map(|(_, s)| match s {
+                Seen::Left(_, r) => Some(*r),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(reasons, [SERVER_LOST, SERVER_LOST], "{}", p.name);
+    }
+
+    // Local service goes on: moves, chat, a new join answered promptly.
+    al.send_move(standing(42, 43)).await;
+    ada.sees_move(al.id, standing(42, 43)).await;
+    bea.say("still here on n2").await;
+    bo.sees_chat(bea.id, "still here on n2").await;
+    let asked = Instant::now();
+    let mut dan = Person::join(c.n(1), "outage", "Dan").await;
+    assert_within(
+        Duration::from_secs(2),
+        asked,
+        Instant::now(),
+        "a join on n1 without NATS",
+    );
+    assert_eq!(dan.names(), ["Ada", "Al", "Dan"]);
+
+    for i in 1..=2 {
+        let node = c.n(i);
+        assert_eq!(node.metric("amble_cluster_connected").await, Some(0.0));
+        let (status, lines) = node.healthz().await;
+        assert!(status.contains(" 200"), "{status}");
+        assert_eq!(lines.first().map(String::as_str), Some("ok"));
+        let second = lines.get(1).cloned().unwrap_or_default();
+        let prefix = format!("cluster n{i}: NATS unreachable for ");
+        let seconds = second
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix("s; serving local members only"))
+            .unwrap_or_else(|| panic!("n{i} /healthz second line: {second:?}"));
+        let seconds: u64 = seconds.parse().unwrap_or_else(|_| panic!("{second:?}"));
+        assert!(seconds <= lost.elapsed().as_secs() + 1, "{second:?}");
+    }
+
+    let back = Instant::now();
+    c.nats.restart().await;
+    let everyone = ["Ada", "Al", "Bea", "Bo", "Dan"];
+    let (a, b) = tokio::join!(ada.sees(SETTLE, &everyone), bo.sees(SETTLE, &everyone));
+    assert_within(FIVE_S, back, a.max(b), "the shared room whole again");
+    for p in [&mut al, &mut bea, &mut dan] {
+        p.sees(SETTLE, &everyone).await;
+    }
+    for i in 1..=2 {
+        welcome_lists(c.n(i), "outage", &everyone, SETTLE).await;
+        let node = c.n(i);
+        assert_eq!(node.metric("amble_cluster_connected").await, Some(1.0));
+        let (_, lines) = node.healthz().await;
+        assert_eq!(
+            lines.get(1).map(String::as_str),
+            Some(format!("cluster n{i}: connected, 1 peers").as_str()),
+            "n{i} /healthz: {lines:?}"
+        );
+    }
+}
+
+/// n1 killed and started again under its name: its old members are gone
+/// from n2 as soon as the new incarnation is heard (n2 waits 30 s for a
+/// silent node here, so only the new epoch can remove them), and nothing of
+/// them comes back.
+#[tokio::test]
+async fn a_node_restarted_under_its_name_leaves_no_ghosts() {
+    let mut c = Cluster::start_with(&[&[], &["--cluster-node-timeout-ms", "30000"]]).await;
+    let mut ada = Person::join(c.n(1), "again", "Ada").await;
+    let mut al = Person::join(c.n(1), "again", "Al").await;
+    let mut bo = Person::join(c.n(2), "again", "Bo").await;
+    bo.sees(SETTLE, &["Ada", "Al", "Bo"]).await;
+    let (ada_id, al_id) = (ada.id, al.id);
+
+    c.n_mut(1).kill().await;
+    c.n_mut(1).restart().await;
+    ada.sees_close().await;
+    al.sees_close().await;
+    let (a, _) = bo.sees_left(ada_id).await;
+    let (b, _) = bo.sees_left(al_id).await;
+    assert_eq!([a, b], [SERVER_LOST, SERVER_LOST]);
+    c.settled(&[1, 2]).await;
+
+    // Ada comes back on the new n1 (likely under her old id).
+    let ada = Person::join(c.n(1), "again", "Ada").await;
+    assert_eq!(ada.names(), ["Ada", "Bo"], "no ghost of Al on the new n1");
+    assert_eq!(bo.sees_join("Ada").await, ada.id);
+    assert_eq!(bo.names(), ["Ada", "Bo"]);
+    welcome_lists(c.n(2), "again", &["Ada", "Bo"], SETTLE).await;
+    welcome_lists(c.n(1), "again", &["Ada", "Bo"], SETTLE).await;
+    assert_eq!(
+        c.n(2).metric("amble_cluster_remote_members").await,
+        Some(1.0)
+    );
+}
+
+/// The start-up line, /healthz, every cluster metric, and /api/rooms with
+/// counts over the whole cluster.
+#[tokio::test]
+async fn healthz_metrics_and_api_rooms_show_the_cluster() {
+    let c = Cluster::start(2).await;
+    for i in 1..=2 {
+        let lines = c.n(i).log().matching("joined cluster via");
+        let want = format!(
+            "joined cluster via {}: node n{i} (slot {i} of 16), prefix amble",
+            c.nats.url()
+        );
+        assert!(
+            lines.len() == 1 && lines[0].contains(&want),
+            "n{i}: one start-up line saying {want:?}, got {lines:?}"
+        );
+    }
+
+    let _a = Person::join(c.n(1), "shared", "A").await;
+    let _b = Person::join(c.n(1), "shared", "B").await;
+    let mut x = Person::join(c.n(2), "shared", "X").await;
+    let _y = Person::join(c.n(2), "n2-only", "Y").await;
+    x.sees(SETTLE, &["A", "B", "X"]).await;
+
+    for i in 1..=2 {
+        let node = c.n(i);
+        let (status, lines) = node.healthz().await;
+        assert!(status.contains(" 200"), "{status}");
+        assert_eq!(
+            lines,
+            ["ok".to_owned(), format!("cluster n{i}: connected, 1 peers")]
+        );
+        let text = node.metrics().await;
+        for name in [
+            "amble_cluster_connected",
+            "amble_cluster_peers",
+            "amble_cluster_remote_members",
+            "amble_cluster_rooms_subscribed",
+            "amble_cluster_messages_published_total",
+            "amble_cluster_bytes_published_total",
+            "amble_cluster_messages_received_total",
+            "amble_cluster_bytes_received_total",
+            "amble_cluster_resyncs_total",
+            "amble_cluster_remote_moves_total",
+            "amble_cluster_remote_moves_late_total",
+            "amble_cluster_dropped_total",
+            "amble_cluster_bad_messages_total",
+            "amble_cluster_nodes_lost_total",
+            "amble_cluster_id_conflicts_total",
+        ] {
+            assert!(metric_in(&text, name).is_some(), "n{i}: no {name}");
+        }
+        let m = |s| metric_in(&text, s).expect("present");
+        assert_eq!(m("amble_cluster_connected"), 1.0, "n{i}");
+        assert_eq!(m("amble_cluster_peers"), 1.0, "n{i}");
+        assert!(m("amble_cluster_messages_published_total") > 0.0, "n{i}");
+        assert!(m("amble_cluster_bytes_published_total") > 0.0, "n{i}");
+        assert!(m("amble_cluster_messages_received_total") > 0.0, "n{i}");
+        assert!(m("amble_cluster_bytes_received_total") > 0.0, "n{i}");
+        for zero in [
+            "amble_cluster_dropped_total",
+            "amble_cluster_bad_messages_total",
+            "amble_cluster_nodes_lost_total",
+            "amble_cluster_id_conflicts_total",
+        ] {
+            assert_eq!(m(zero), 0.0, "n{i}: {zero}");
+        }
+    }
+    let n1 = c.n(1).metrics().await;
+    let n2 = c.n(2).metrics().await;
+    assert_eq!(metric_in(&n1, "amble_cluster_remote_members"), Some(1.0));
+    assert_eq!(metric_in(&n2, "amble_cluster_remote_members"), Some(2.0));
+    assert_eq!(metric_in(&n1, "amble_cluster_rooms_subscribed"), Some(1.0));
+    assert_eq!(metric_in(&n2, "amble_cluster_rooms_subscribed"), Some(2.0));
+
+    for i in 1..=2 {
+        let node = c.n(i);
+        poll(SETTLE, &format!("cluster-wide counts on n{i}"), || async {
+            let (status, body) = node.get("/api/rooms").await;
+            assert!(status.contains(" 200"), "{status}");
+            let json: serde_json::Value = serde_json::from_str(&body).expect("json");
+            let count = |name: &str| {
+                json["rooms"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|r| r["name"] == name)
+                    .and_then(|r| r["members"].as_u64())
+            };
+            if count("shared") == Some(3) && count("n2-only") == Some(1) {
+                Ok(())
+            } else {
+                Err(body)
+            }
+        })
+        .await;
+    }
+}
+
+/// Without --nats amble is the single process it was: no cluster line in
+/// /metrics, /healthz is `ok` alone, ids from 0.
+#[tokio::test]
+async fn without_nats_there_is_no_cluster_anywhere() {
+    let node = Node::single(&[]).await;
+    let (status, body) = node.get("/healthz").await;
+    assert!(status.contains(" 200"), "{status}");
+    assert_eq!(body, "ok\n");
+    let text = node.metrics().await;
+    let cluster: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("amble_cluster"))
+        .collect();
+    assert_eq!(cluster, Vec::<&str>::new(), "no cluster lines in /metrics");
+    assert!(
+        text.contains("amble_members"),
+        "the usual metrics are there"
+    );
+    let a = Person::join(&node, "solo", "A").await;
+    let b = Person::join(&node, "solo", "B").await;
+    assert_eq!((a.id, b.id), (0, 1), "ids as before clusters");
+    assert!(
+        node.log().matching("cluster").is_empty(),
+        "{:?}",
+        node.log().lines()
+    );
+}
