@@ -6,6 +6,7 @@
 //! target/browser-artifacts/<test>/. [`demo`] is two people in a room;
 //! [`ux`] is what a newcomer meets first (issue 10's browser items).
 
+mod cluster;
 mod demo;
 mod ux;
 // Not every helper is used by every group of scenarios (the crowd example
