@@ -79,22 +79,26 @@ impl Cluster {
 
     /// Waits until each of `nodes` counts the others as its peers.
     async fn settled(&self, nodes: &[u32]) {
-        let want = nodes.len() as f64 - 1.0;
         for &i in nodes {
-            let node = self.n(i);
-            poll(
-                SETTLE,
-                &format!("{} to count {want} peers", node.name),
-                || async {
-                    match node.metric("amble_cluster_peers").await {
-                        Some(v) if v == want => Ok(()),
-                        other => Err(format!("amble_cluster_peers {other:?}")),
-                    }
-                },
-            )
-            .await;
+            has_peers(self.n(i), nodes.len() - 1).await;
         }
     }
+}
+
+/// Waits until `node` counts `n` peers.
+async fn has_peers(node: &Node, n: usize) {
+    let want = n as f64;
+    poll(
+        SETTLE,
+        &format!("{} to count {n} peers", node.name),
+        || async {
+            match node.metric("amble_cluster_peers").await {
+                Some(v) if v == want => Ok(()),
+                other => Err(format!("amble_cluster_peers {other:?}")),
+            }
+        },
+    )
+    .await;
 }
 
 // ------------------------------------------------------------------- people
@@ -1294,4 +1298,59 @@ async fn without_nats_there_is_no_cluster_anywhere() {
         "{:?}",
         node.log().lines()
     );
+}
+
+/// Two deployments on one NATS under different `--cluster-prefix`es never
+/// meet, even in rooms of the same name.
+#[tokio::test]
+async fn deployments_with_different_prefixes_share_a_nats_without_meeting() {
+    let nats = Nats::start().await;
+    let blue = ["--cluster-prefix", "blue"];
+    let n1 = Node::start(&nats, 1, &blue).await;
+    let n2 = Node::start(&nats, 2, &blue).await;
+    let n3 = Node::start(&nats, 3, &["--cluster-prefix", "green"]).await;
+    has_peers(&n1, 1).await;
+    has_peers(&n2, 1).await;
+    let mut ada = Person::join(&n1, "lobby", "Ada").await;
+    let bo = Person::join(&n2, "lobby", "Bo").await;
+    let cy = Person::join(&n3, "lobby", "Cy").await;
+    ada.sees(SETTLE, &["Ada", "Bo"]).await;
+    assert_eq!(cy.names(), ["Cy"]);
+    assert_eq!(bo.names(), ["Ada", "Bo"]);
+    let by_node = nats.subscriptions_by_node("green").await;
+    let green = by_node.get("n3").expect("n3 under the green prefix");
+    assert!(
+        green
+            .iter()
+            .all(|s| s.starts_with("green.") || s.starts_with("_INBOX")),
+        "{green:?}"
+    );
+    assert_eq!(n3.metric("amble_cluster_peers").await, Some(0.0));
+    assert_eq!(n3.metric("amble_cluster_remote_members").await, Some(0.0));
+}
+
+/// Garbage on the subjects a node listens to is dropped and counted, and
+/// the node serves on as before.
+#[tokio::test]
+async fn garbage_from_nats_is_dropped_and_counted() {
+    let c = Cluster::start(1).await;
+    let mut ada = Person::join(c.n(1), "junk", "Ada").await;
+    let junk: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x01];
+    for subject in ["amble.hb", "amble.r.junk", "amble.n.n1"] {
+        c.nats.publish(subject, junk).await;
+    }
+    let node = c.n(1);
+    poll(SETTLE, "3 bad messages counted", || async {
+        match node.metric("amble_cluster_bad_messages_total").await {
+            Some(3.0) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    ada.ping().await;
+    ada.send_move(standing(5, 5)).await;
+    ada.sees_move(ada.id, standing(5, 5)).await;
+    assert_eq!(ada.names(), ["Ada"]);
+    assert_eq!(welcome_names(node, "junk").await, ["Ada"]);
+    assert_eq!(node.metric("amble_cluster_peers").await, Some(0.0));
 }

@@ -397,6 +397,34 @@ impl Nats {
         serde_json::from_str(&body).unwrap_or_else(|err| panic!("nats {path}: {err}: {body}"))
     }
 
+    /// Publishes `payload` on `subject` as a plain NATS client (the text
+    /// protocol over TCP) and waits for the server to have taken it.
+    pub async fn publish(&self, subject: &str, payload: &[u8]) {
+        let client = self.client;
+        bounded(SETTLE, &format!("a publish on {subject}"), async {
+            let mut tcp = TcpStream::connect(client).await.expect("connect to NATS");
+            let mut out = Vec::new();
+            out.extend_from_slice(b"CONNECT {\"verbose\":false,\"pedantic\":false}\r\n");
+            out.extend_from_slice(format!("PUB {subject} {}\r\n", payload.len()).as_bytes());
+            out.extend_from_slice(payload);
+            out.extend_from_slice(b"\r\nPING\r\n");
+            tcp.write_all(&out).await.expect("write to NATS");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !got.windows(6).any(|w| w == b"PONG\r\n") {
+                let n = tcp.read(&mut buf).await.expect("read from NATS");
+                assert!(n > 0, "NATS closed: {}", String::from_utf8_lossy(&got));
+                got.extend_from_slice(&buf[..n]);
+                assert!(
+                    !got.windows(4).any(|w| w == b"-ERR"),
+                    "{}",
+                    String::from_utf8_lossy(&got)
+                );
+            }
+        })
+        .await;
+    }
+
     /// Each client connection's subscriptions (`/connz?subs=1`), keyed by
     /// the node that holds it: the connection subscribed to
     /// `{prefix}.n.{node}` (a node's own control subject) is that node's.
