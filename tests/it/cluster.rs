@@ -27,8 +27,8 @@ use crate::support::{Client, Event};
 
 /// `--cluster-slots`' default: a wire id is `local_index * 16 + slot`.
 const SLOTS: u32 = 16;
-/// `LEAVE_REASON_SERVER_LOST`: the member's server went away.
-const SERVER_LOST: i32 = 7;
+/// The member's server went away.
+const SERVER_LOST: i32 = pb::LeaveReason::ServerLost as i32;
 const LEFT: i32 = pb::LeaveReason::Left as i32;
 const DISCONNECTED: i32 = pb::LeaveReason::Disconnected as i32;
 const SHUTDOWN: i32 = pb::LeaveReason::Shutdown as i32;
@@ -241,7 +241,7 @@ impl Person {
     /// motion batch or a close).
     async fn next(&mut self, deadline: Instant, what: &str) -> (Instant, Option<S>) {
         assert!(!self.closed, "{}: closed, waiting for {what}", self.name);
-        let event = match tokio::time::timeout_at(deadline, self.client.event()).await {
+        let event = match tokio::time::timeout_at(deadline, self.client.next_event()).await {
             Ok(e) => e,
             Err(_) => panic!(
                 "{}: timed out waiting for {what}; view {:?}; last seen {:?}",

@@ -245,8 +245,14 @@ impl Client {
 
     /// The next message or close, skipping WebSocket pings and pongs.
     pub async fn event(&mut self) -> Event {
+        within("a frame", self.next_event()).await
+    }
+
+    /// [`Client::event`] without its time limit, for a caller that bounds
+    /// the wait itself.
+    pub async fn next_event(&mut self) -> Event {
         loop {
-            let next = within("a frame", self.ws.next()).await;
+            let next = self.ws.next().await;
             match next {
                 Some(Ok(Message::Binary(b))) => {
                     return Event::Message(pb::ServerMessage::decode(b).expect("valid frame"));
