@@ -359,6 +359,18 @@ impl Person {
         &mut self,
         limit: Duration,
         what: &str,
+        pick: impl FnMut(&Seen) -> Option<T>,
+    ) -> (T, Instant) {
+        self.find(limit, what, true, pick).await
+    }
+
+    /// [`Person::take`], leaving the entry for later waits when `take` is
+    /// false (a motion frame holds several members' moves).
+    async fn find<T>(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        take: bool,
         mut pick: impl FnMut(&Seen) -> Option<T>,
     ) -> (T, Instant) {
         let deadline = Instant::now() + limit;
@@ -373,7 +385,9 @@ impl Person {
                 let (at, seen) = &self.seen[i];
                 if let Some(t) = pick(seen) {
                     let at = *at;
-                    self.taken.insert(i);
+                    if take {
+                        self.taken.insert(i);
+                    }
                     return (t, at);
                 }
             }
@@ -425,7 +439,7 @@ impl Person {
     /// A motion frame that puts `id` at `motion`: the frame's records.
     async fn sees_move(&mut self, id: u32, motion: Motion) -> Vec<MotionRecord> {
         let what = format!("id {id} to move to {motion:?}");
-        self.take(SETTLE, &what, |s| match s {
+        self.find(SETTLE, &what, false, |s| match s {
             Seen::Motion(_, records)
                 if records
                     .iter()
