@@ -85,20 +85,46 @@ impl Cluster {
     }
 }
 
-/// Waits until `node` counts `n` peers.
-async fn has_peers(node: &Node, n: usize) {
-    let want = n as f64;
+/// Waits until `series` in `node`'s `/metrics` reads `want` (figures that
+/// follow another node's messages settle a moment after a client sees them).
+async fn metric_is(node: &Node, series: &str, want: f64) {
     poll(
         SETTLE,
-        &format!("{} to count {n} peers", node.name),
+        &format!("{} {series} to be {want}", node.name),
         || async {
-            match node.metric("amble_cluster_peers").await {
+            match node.metric(series).await {
                 Some(v) if v == want => Ok(()),
-                other => Err(format!("amble_cluster_peers {other:?}")),
+                other => Err(format!("{other:?}")),
             }
         },
     )
     .await;
+}
+
+/// Waits until the second line of `node`'s `/healthz` reads `want`.
+async fn healthz_says(node: &Node, want: &str) {
+    poll(
+        SETTLE,
+        &format!("{} /healthz to say {want:?}", node.name),
+        || async {
+            let (status, lines) = node.healthz().await;
+            let ok = status.contains(" 200")
+                && lines.first().map(String::as_str) == Some("ok")
+                && lines.get(1).map(String::as_str) == Some(want)
+                && lines.len() == 2;
+            if ok {
+                Ok(())
+            } else {
+                Err(format!("{status}: {lines:?}"))
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until `node` counts `n` peers.
+async fn has_peers(node: &Node, n: usize) {
+    metric_is(node, "amble_cluster_peers", n as f64).await;
 }
 
 // ------------------------------------------------------------------- people
@@ -935,10 +961,7 @@ async fn a_node_gets_no_traffic_for_rooms_it_does_not_hold() {
         },
     )
     .await;
-    assert_eq!(
-        c.n(1).metric("amble_cluster_rooms_subscribed").await,
-        Some(left.len() as f64)
-    );
+    metric_is(c.n(1), "amble_cluster_rooms_subscribed", left.len() as f64).await;
 }
 
 /// Per node: (messages received, messages published).
@@ -1008,12 +1031,7 @@ async fn a_killed_nodes_members_leave_everywhere_within_5_s_and_rejoin_elsewhere
             Some(1.0),
             "n{i}"
         );
-        let (_, lines) = node.healthz().await;
-        assert_eq!(
-            lines.get(1).map(String::as_str),
-            Some(format!("cluster n{i}: connected, 1 peers").as_str()),
-            "n{i} /healthz: {lines:?}"
-        );
+        healthz_says(node, &format!("cluster n{i}: connected, 1 peers")).await;
     }
 }
 
@@ -1043,10 +1061,7 @@ async fn a_graceful_stop_removes_its_members_at_once() {
     assert_eq!(bo.sees_close().await, 1001);
     let exit = c.n_mut(2).exited().await;
     assert!(exit.success(), "n2 exit status {exit}");
-    assert_eq!(
-        c.n(1).metric("amble_cluster_remote_members").await,
-        Some(0.0)
-    );
+    metric_is(c.n(1), "amble_cluster_remote_members", 0.0).await;
 }
 
 /// SIGSTOP n2 past the node timeout: n1 and n3 drop its members; SIGCONT:
@@ -1100,14 +1115,7 @@ async fn a_frozen_node_is_dropped_then_taken_back_without_ghosts_or_duplicates()
         welcome_lists(c.n(i), "freeze", &all, SETTLE).await;
     }
     for (i, remote) in [(1, 3.0), (2, 2.0), (3, 3.0)] {
-        let node = c.n(i);
-        poll(SETTLE, &format!("n{i}'s remote members"), || async {
-            match node.metric("amble_cluster_remote_members").await {
-                Some(v) if v == remote => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        })
-        .await;
+        metric_is(c.n(i), "amble_cluster_remote_members", remote).await;
     }
     // Nothing more trickles in: a ping round trip on each, views unchanged.
     for p in [&mut ada, &mut bo, &mut bea, &mut cy] {
@@ -1193,13 +1201,8 @@ async fn without_nats_each_node_serves_its_own_and_the_room_heals_within_5_s() {
     for i in 1..=2 {
         welcome_lists(c.n(i), "outage", &everyone, SETTLE).await;
         let node = c.n(i);
-        assert_eq!(node.metric("amble_cluster_connected").await, Some(1.0));
-        let (_, lines) = node.healthz().await;
-        assert_eq!(
-            lines.get(1).map(String::as_str),
-            Some(format!("cluster n{i}: connected, 1 peers").as_str()),
-            "n{i} /healthz: {lines:?}"
-        );
+        metric_is(node, "amble_cluster_connected", 1.0).await;
+        healthz_says(node, &format!("cluster n{i}: connected, 1 peers")).await;
     }
 }
 
@@ -1232,10 +1235,7 @@ async fn a_node_restarted_under_its_name_leaves_no_ghosts() {
     assert_eq!(bo.names(), ["Ada", "Bo"]);
     welcome_lists(c.n(2), "again", &["Ada", "Bo"], SETTLE).await;
     welcome_lists(c.n(1), "again", &["Ada", "Bo"], SETTLE).await;
-    assert_eq!(
-        c.n(2).metric("amble_cluster_remote_members").await,
-        Some(1.0)
-    );
+    metric_is(c.n(2), "amble_cluster_remote_members", 1.0).await;
 }
 
 /// The start-up line, /healthz, every cluster metric, and /api/rooms with
@@ -1263,12 +1263,7 @@ async fn healthz_metrics_and_api_rooms_show_the_cluster() {
 
     for i in 1..=2 {
         let node = c.n(i);
-        let (status, lines) = node.healthz().await;
-        assert!(status.contains(" 200"), "{status}");
-        assert_eq!(
-            lines,
-            ["ok".to_owned(), format!("cluster n{i}: connected, 1 peers")]
-        );
+        healthz_says(node, &format!("cluster n{i}: connected, 1 peers")).await;
         let text = node.metrics().await;
         for name in [
             "amble_cluster_connected",
@@ -1305,12 +1300,10 @@ async fn healthz_metrics_and_api_rooms_show_the_cluster() {
             assert_eq!(m(zero), 0.0, "n{i}: {zero}");
         }
     }
-    let n1 = c.n(1).metrics().await;
-    let n2 = c.n(2).metrics().await;
-    assert_eq!(metric_in(&n1, "amble_cluster_remote_members"), Some(1.0));
-    assert_eq!(metric_in(&n2, "amble_cluster_remote_members"), Some(2.0));
-    assert_eq!(metric_in(&n1, "amble_cluster_rooms_subscribed"), Some(1.0));
-    assert_eq!(metric_in(&n2, "amble_cluster_rooms_subscribed"), Some(2.0));
+    metric_is(c.n(1), "amble_cluster_remote_members", 1.0).await;
+    metric_is(c.n(2), "amble_cluster_remote_members", 2.0).await;
+    metric_is(c.n(1), "amble_cluster_rooms_subscribed", 1.0).await;
+    metric_is(c.n(2), "amble_cluster_rooms_subscribed", 2.0).await;
 
     for i in 1..=2 {
         let node = c.n(i);
@@ -1404,13 +1397,7 @@ async fn garbage_from_nats_is_dropped_and_counted() {
         c.nats.publish(subject, junk).await;
     }
     let node = c.n(1);
-    poll(SETTLE, "3 bad messages counted", || async {
-        match node.metric("amble_cluster_bad_messages_total").await {
-            Some(3.0) => Ok(()),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    metric_is(node, "amble_cluster_bad_messages_total", 3.0).await;
     ada.ping().await;
     ada.send_move(standing(5, 5)).await;
     ada.sees_move(ada.id, standing(5, 5)).await;
