@@ -642,7 +642,7 @@ async fn members_on_two_nodes_see_each_others_join_moves_chat_and_leave() {
 /// Dee on n1 moves, chats, moves, chats, and leaves, each step after her
 /// own node applied the one before; what a member on n2 sees of her, with
 /// the time words set aside.
-async fn dee_seen_from_the_other_node() -> (u32, Vec<Seen>) {
+async fn dee_seen_from_the_other_node() -> (u32, Vec<Seen>, String) {
     let c = Cluster::start(2).await;
     let mut watcher = Person::join(c.n(2), "order", "Watcher").await;
     let mut dee = Person::join(c.n(1), "order", "Dee").await;
@@ -667,7 +667,14 @@ async fn dee_seen_from_the_other_node() -> (u32, Vec<Seen>) {
             s => s,
         })
         .collect();
-    (dee.id, seen)
+    let text = c.n(2).metrics().await;
+    let figure = |s| metric_in(&text, s).unwrap_or(f64::NAN);
+    let figures = format!(
+        "n2: amble_cluster_remote_moves_total {}, amble_cluster_remote_moves_late_total {}",
+        figure("amble_cluster_remote_moves_total"),
+        figure("amble_cluster_remote_moves_late_total")
+    );
+    (dee.id, seen, figures)
 }
 
 /// A `Motion` entry of one record, as [`dee_seen_from_the_other_node`]
@@ -688,7 +695,7 @@ fn moved(id: u32, m: Motion) -> Seen {
 /// chat in order, the leave last, and nothing after it.
 #[tokio::test]
 async fn one_members_events_keep_their_order_across_nodes() {
-    let (id, seen) = dee_seen_from_the_other_node().await;
+    let (id, seen, _) = dee_seen_from_the_other_node().await;
     assert_eq!(
         seen.first(),
         Some(&Seen::Joined(id, "Dee".into())),
@@ -726,7 +733,7 @@ async fn one_members_events_keep_their_order_across_nodes() {
 /// the order they happened in (issue 9, "Per member, order is preserved").
 #[tokio::test]
 async fn a_chat_sent_after_a_move_arrives_after_it_on_another_node() {
-    let (id, seen) = dee_seen_from_the_other_node().await;
+    let (id, seen, figures) = dee_seen_from_the_other_node().await;
     let seen: Vec<Seen> = seen
         .into_iter()
         .filter(|s| *s != moved(id, standing(300, 300)))
@@ -740,7 +747,8 @@ async fn a_chat_sent_after_a_move_arrives_after_it_on_another_node() {
             moved(id, standing(200, 200)),
             Seen::Chat(id, "after the second move".into()),
             Seen::Left(id, LEFT),
-        ]
+        ],
+        "{figures}"
     );
 }
 
