@@ -122,6 +122,21 @@ async fn healthz_says(node: &Node, want: &str) {
     .await;
 }
 
+/// Waits until `series` in `node`'s `/metrics` reads `want` or more.
+async fn metric_is_at_least(node: &Node, series: &str, want: f64) {
+    poll(
+        SETTLE,
+        &format!("{} {series} to reach {want}", node.name),
+        || async {
+            match node.metric(series).await {
+                Some(v) if v >= want => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
 /// Waits until `node` counts `n` peers.
 async fn has_peers(node: &Node, n: usize) {
     metric_is(node, "amble_cluster_peers", n as f64).await;
@@ -1412,4 +1427,63 @@ async fn garbage_from_nats_is_dropped_and_counted() {
     assert_eq!(ada.names(), ["Ada"]);
     assert_eq!(welcome_names(node, "junk").await, ["Ada"]);
     assert_eq!(node.metric("amble_cluster_peers").await, Some(0.0));
+}
+
+/// Room capacity counts the members on every node: with room for two, a
+/// third member is refused on either node.
+#[tokio::test]
+async fn room_capacity_counts_members_on_every_node() {
+    let two = ["--room-capacity", "2"];
+    let c = Cluster::start_with(&[&two, &two]).await;
+    let mut ada = Person::join(c.n(1), "small", "Ada").await;
+    let mut bo = Person::join(c.n(2), "small", "Bo").await;
+    assert_eq!(bo.names(), ["Ada", "Bo"]);
+    // Soft across nodes: n1 counts Bo once it has heard of him.
+    ada.sees(SETTLE, &["Ada", "Bo"]).await;
+    for i in 1..=2 {
+        let mut cy = Client::connect(&c.n(i).ws_url()).await;
+        cy.send(C::Join(pb::Join {
+            room: "small".into(),
+            name: "Cy".into(),
+            token: String::new(),
+        }))
+        .await;
+        let text = cy.expect_error(pb::ErrorCode::RoomFull).await;
+        assert!(text.contains("full"), "n{i}: {text}");
+    }
+    bo.ping().await;
+    assert_eq!(bo.names(), ["Ada", "Bo"]);
+}
+
+/// Two live nodes given the same slot: each logs one error naming the
+/// other and counts it once, however many heartbeats follow.
+#[tokio::test]
+async fn two_live_nodes_on_one_slot_each_say_so_once() {
+    let nats = Nats::start().await;
+    let a = Node::start(&nats, 1, &[]).await;
+    let b = Node::start_as(&nats, "other-one", 1, &[]).await;
+    for node in [&a, &b] {
+        has_peers(node, 1).await;
+        let from = node
+            .metric("amble_cluster_messages_received_total")
+            .await
+            .unwrap_or_default();
+        // Three more heartbeats heard: a second report would be there by now.
+        metric_is_at_least(node, "amble_cluster_messages_received_total", from + 3.0).await;
+    }
+    for (node, other) in [(&a, "other-one"), (&b, "n1")] {
+        assert_eq!(
+            node.metric("amble_cluster_id_conflicts_total").await,
+            Some(1.0),
+            "{}",
+            node.name
+        );
+        let said: Vec<String> = node
+            .log()
+            .matching("ERROR")
+            .into_iter()
+            .filter(|l| l.contains("slot") && l.contains(other))
+            .collect();
+        assert_eq!(said.len(), 1, "{}: {said:?}", node.name);
+    }
 }

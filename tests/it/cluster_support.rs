@@ -485,17 +485,21 @@ impl Node {
     /// Starts `amble --listen 127.0.0.1:0 --nats URL --node-name nI
     /// --node-slot I` plus `extra`, and waits for its address.
     pub async fn start(nats: &Nats, i: u32, extra: &[&str]) -> Self {
-        let name = node_name(i);
+        Self::start_as(nats, &node_name(i), i, extra).await
+    }
+
+    /// [`Node::start`] under any name and slot.
+    pub async fn start_as(nats: &Nats, name: &str, slot: u32, extra: &[&str]) -> Self {
         let mut args: Vec<String> = vec![
             "--nats".into(),
             nats.url(),
             "--node-name".into(),
-            name.clone(),
+            name.to_owned(),
             "--node-slot".into(),
-            i.to_string(),
+            slot.to_string(),
         ];
         args.extend(extra.iter().map(|a| (*a).to_owned()));
-        Self::start_with(name, i, args).await
+        Self::start_with(name.to_owned(), slot, args).await
     }
 
     /// Starts amble without `--nats`: a single process, as before clusters.
