@@ -567,6 +567,22 @@ impl Person {
     }
 }
 
+/// Joins each `(node, name)` to `room` in turn, then waits until every one
+/// of them sees all of them.
+async fn gather<const N: usize>(c: &Cluster, room: &str, who: [(u32, &str); N]) -> [Person; N] {
+    let mut people = Vec::new();
+    for (node, name) in who {
+        people.push(Person::join(c.n(node), room, name).await);
+    }
+    let names = who.map(|(_, name)| name);
+    for p in &mut people {
+        p.sees(SETTLE, &names).await;
+    }
+    people
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("N people"))
+}
+
 /// A fresh client's Welcome on `node`: the room's full member list (names,
 /// sorted), without the fresh client itself. It leaves again at once.
 async fn welcome_names(node: &Node, room: &str) -> Vec<String> {
@@ -603,6 +619,24 @@ async fn welcome_lists(node: &Node, room: &str, names: &[&str], limit: Duration)
 fn assert_within(bound: Duration, from: Instant, at: Instant, what: &str) {
     let took = at - from;
     assert!(took <= bound, "{what} took {took:?}, over {bound:?}");
+}
+
+/// Each of `watchers` (read side by side) sees each of `ids` leave with
+/// `SERVER_LOST` within 5 s of `from`.
+async fn lost_within_5_s(watchers: [&mut Person; 2], ids: [u32; 2], from: Instant) {
+    async fn see(p: &mut Person, ids: [u32; 2]) -> Vec<(String, u32, (i32, Instant))> {
+        let mut lefts = Vec::new();
+        for id in ids {
+            lefts.push((p.name.clone(), id, p.sees_left(id).await));
+        }
+        lefts
+    }
+    let [a, b] = watchers;
+    let (x, y) = tokio::join!(see(a, ids), see(b, ids));
+    for (who, id, (reason, at)) in x.into_iter().chain(y) {
+        assert_eq!(reason, SERVER_LOST, "{who}: id {id}'s reason");
+        assert_within(FIVE_S, from, at, &format!("{who} seeing id {id} leave"));
+    }
 }
 
 // -------------------------------------------------------------------- tests
@@ -772,13 +806,8 @@ async fn a_chat_sent_after_a_move_arrives_after_it_on_another_node() {
 #[tokio::test]
 async fn local_and_remote_moves_share_one_frame_per_tick() {
     let c = Cluster::start(2).await;
-    let mut ada = Person::join(c.n(1), "tick", "Ada").await;
-    let mut bo = Person::join(c.n(2), "tick", "Bo").await;
-    let mut on1 = Person::join(c.n(1), "tick", "On1").await;
-    let mut on2 = Person::join(c.n(2), "tick", "On2").await;
-    for p in [&mut ada, &mut bo] {
-        p.sees(SETTLE, &["Ada", "Bo", "On1", "On2"]).await;
-    }
+    let [mut ada, mut bo, mut on1, mut on2] =
+        gather(&c, "tick", [(1, "Ada"), (2, "Bo"), (1, "On1"), (2, "On2")]).await;
     let (ada_id, bo_id) = (ada.id, bo.id);
     let mut shared = [false, false];
     // Moves past the burst are held by the throttle and applied about a
@@ -1004,28 +1033,14 @@ async fn received_and_published(c: &Cluster) -> Vec<(f64, f64)> {
 #[tokio::test]
 async fn a_killed_nodes_members_leave_everywhere_within_5_s_and_rejoin_elsewhere() {
     let mut c = Cluster::start(3).await;
-    let mut ada = Person::join(c.n(1), "kill", "Ada").await;
-    let mut bo = Person::join(c.n(2), "kill", "Bo").await;
-    let mut bea = Person::join(c.n(2), "kill", "Bea").await;
-    let mut cy = Person::join(c.n(3), "kill", "Cy").await;
     let all = ["Ada", "Bea", "Bo", "Cy"];
-    for p in [&mut ada, &mut bo, &mut bea, &mut cy] {
-        p.sees(SETTLE, &all).await;
-    }
+    let [mut ada, mut bo, mut bea, mut cy] =
+        gather(&c, "kill", [(1, "Ada"), (2, "Bo"), (2, "Bea"), (3, "Cy")]).await;
     let (bo_id, bea_id) = (bo.id, bea.id);
 
     let killed = Instant::now();
     c.n_mut(2).kill().await;
-    let (on1, on3) = tokio::join!(
-        async { [ada.sees_left(bo_id).await, ada.sees_left(bea_id).await,] },
-        async { [cy.sees_left(bo_id).await, cy.sees_left(bea_id).await,] }
-    );
-    for (who, lefts) in [("on n1", on1), ("on n3", on3)] {
-        for (reason, at) in lefts {
-            assert_eq!(reason, SERVER_LOST, "{who}: reason");
-            assert_within(FIVE_S, killed, at, &format!("the Left {who}"));
-        }
-    }
+    lost_within_5_s([&mut ada, &mut cy], [bo_id, bea_id], killed).await;
     assert_eq!(ada.names(), ["Ada", "Cy"]);
 
     // Bo's and Bea's connections broke; they come back through n1 and n3.
@@ -1094,28 +1109,14 @@ async fn a_graceful_stop_removes_its_members_at_once() {
 #[tokio::test]
 async fn a_frozen_node_is_dropped_then_taken_back_without_ghosts_or_duplicates() {
     let c = Cluster::start(3).await;
-    let mut ada = Person::join(c.n(1), "freeze", "Ada").await;
-    let mut bo = Person::join(c.n(2), "freeze", "Bo").await;
-    let mut bea = Person::join(c.n(2), "freeze", "Bea").await;
-    let mut cy = Person::join(c.n(3), "freeze", "Cy").await;
     let all = ["Ada", "Bea", "Bo", "Cy"];
-    for p in [&mut ada, &mut bo, &mut bea, &mut cy] {
-        p.sees(SETTLE, &all).await;
-    }
+    let [mut ada, mut bo, mut bea, mut cy] =
+        gather(&c, "freeze", [(1, "Ada"), (2, "Bo"), (2, "Bea"), (3, "Cy")]).await;
     let (bo_id, bea_id) = (bo.id, bea.id);
 
     let frozen = Instant::now();
     c.n(2).freeze();
-    let (on1, on3) = tokio::join!(
-        async { [ada.sees_left(bo_id).await, ada.sees_left(bea_id).await,] },
-        async { [cy.sees_left(bo_id).await, cy.sees_left(bea_id).await,] }
-    );
-    for (who, lefts) in [("on n1", on1), ("on n3", on3)] {
-        for (reason, at) in lefts {
-            assert_eq!(reason, SERVER_LOST, "{who}: reason");
-            assert_within(FIVE_S, frozen, at, &format!("the Left {who}"));
-        }
-    }
+    lost_within_5_s([&mut ada, &mut cy], [bo_id, bea_id], frozen).await;
 
     let thawed = Instant::now();
     c.n(2).thaw();
@@ -1154,14 +1155,8 @@ async fn a_frozen_node_is_dropped_then_taken_back_without_ghosts_or_duplicates()
 #[tokio::test]
 async fn without_nats_each_node_serves_its_own_and_the_room_heals_within_5_s() {
     let mut c = Cluster::start(2).await;
-    let mut ada = Person::join(c.n(1), "outage", "Ada").await;
-    let mut al = Person::join(c.n(1), "outage", "Al").await;
-    let mut bo = Person::join(c.n(2), "outage", "Bo").await;
-    let mut bea = Person::join(c.n(2), "outage", "Bea").await;
-    let all = ["Ada", "Al", "Bea", "Bo"];
-    for p in [&mut ada, &mut al, &mut bo, &mut bea] {
-        p.sees(SETTLE, &all).await;
-    }
+    let [mut ada, mut al, mut bo, mut bea] =
+        gather(&c, "outage", [(1, "Ada"), (1, "Al"), (2, "Bo"), (2, "Bea")]).await;
 
     let lost = Instant::now();
     c.nats.stop().await;
