@@ -265,6 +265,19 @@ async fn send(cluster: &Cluster, subject: Subject, payload: Bytes) {
     }
 }
 
+/// Publishes now, waiting `limit` at most: while NATS is away the client's
+/// command queue fills and is not drained until it reconnects, and a
+/// heartbeat or a reply must not hang on it (false when it did not go out).
+async fn send_within(cluster: &Cluster, limit: Duration, subject: Subject, payload: Bytes) -> bool {
+    let sent = tokio::time::timeout(limit, send(cluster, subject, payload))
+        .await
+        .is_ok();
+    if !sent {
+        debug!("cluster: NATS did not take a message in time; dropped");
+    }
+    sent
+}
+
 fn received(cluster: &Cluster, bytes: usize) {
     cluster.metrics.cluster_messages_received.inc();
     cluster.metrics.cluster_bytes_received.inc_by(bytes as u64);
@@ -327,6 +340,7 @@ fn publish_fulls(cluster: &Cluster) {
     }
 }
 
+/// Publishes a heartbeat, waiting half a period at most.
 async fn heartbeat(cluster: &Cluster, server_time_ms: u64, bye: bool) {
     let beat = wire::encode_heartbeat(
         &cluster.me_pb,
@@ -338,7 +352,8 @@ async fn heartbeat(cluster: &Cluster, server_time_ms: u64, bye: bool) {
             bye,
         },
     );
-    send(cluster, cluster.subject("hb"), beat).await;
+    let limit = cluster.settings.heartbeat / 2;
+    send_within(cluster, limit, cluster.subject("hb"), beat).await;
 }
 
 /// Every heartbeat period: publish ours, and declare down the peers silent
@@ -360,7 +375,8 @@ async fn heartbeats(cluster: Arc<Cluster>, clock: Clock) {
             lock(&cluster.directory).stalled(now);
         }
         last = now;
-        heartbeat(&cluster, clock.now_ms(), false).await;
+        // Expiry first, and never behind NATS: with NATS away the peers
+        // must still expire, so rooms shrink to the local members.
         let lost = lock(&cluster.directory).expire(now);
         for (node, epoch) in lost {
             cluster.metrics.cluster_nodes_lost.inc();
@@ -369,6 +385,7 @@ async fn heartbeats(cluster: Arc<Cluster>, clock: Clock) {
         }
         let live = lock(&cluster.directory).live();
         cluster.metrics.cluster_peers.set(live as i64);
+        heartbeat(&cluster, clock.now_ms(), false).await;
     }
 }
 
@@ -549,7 +566,7 @@ async fn on_snapshot_request(cluster: &Cluster, msg: &async_nats::Message) {
                 ..Default::default()
             },
         );
-        send(cluster, reply, empty).await;
+        send_within(cluster, cluster.settings.snapshot_timeout, reply, empty).await;
     }
 }
 
@@ -584,8 +601,10 @@ async fn on_counts_request(cluster: &Cluster, msg: &async_nats::Message) {
         .room_side()
         .map(|rooms| rooms.local_counts())
         .unwrap_or_default();
-    send(
+    // The asker waits the snapshot timeout at most: no use waiting longer.
+    send_within(
         cluster,
+        cluster.settings.snapshot_timeout,
         reply,
         wire::encode_room_counts(&cluster.me_pb, counts),
     )
@@ -715,7 +734,10 @@ pub(super) async fn gather(
 }
 
 #[cfg(test)]
-mod tests {
+mod tests;
+
+#[cfg(test)]
+mod unit {
     use super::*;
 
     #[test]

@@ -1,0 +1,183 @@
+//! The link against a real `nats-server` (Debian's 2.9 works): the
+//! behaviour that only shows with NATS itself, such as an outage.
+
+use std::process::Stdio;
+
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::process::{Child, Command};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::*;
+use crate::cluster::RoomSide;
+use crate::cluster::wire::Update;
+
+/// Every wait in these tests is bounded by this.
+const LIMIT: Duration = Duration::from_secs(10);
+
+async fn within<T>(what: &str, fut: impl Future<Output = T>) -> T {
+    tokio::time::timeout(LIMIT, fut)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+/// A `nats-server` on a free port of 127.0.0.1, killed when dropped.
+struct NatsServer {
+    child: Child,
+    port: u16,
+}
+
+impl NatsServer {
+    async fn start() -> Self {
+        Self::on("-1").await
+    }
+
+    async fn on(port: &str) -> Self {
+        let mut child = Command::new("nats-server")
+            .args(["-a", "127.0.0.1", "-p", port])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("nats-server runs (apt install nats-server)");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut lines = BufReader::new(stderr).lines();
+        let port = within("nats-server to listen", async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some((_, addr)) = line.split_once("Listening for client connections on ")
+                    && let Some((_, port)) = addr.trim().rsplit_once(':')
+                {
+                    return port.parse().expect("a port");
+                }
+            }
+            panic!("nats-server ended before listening");
+        })
+        .await;
+        // Keep reading, so the server never blocks on a full pipe.
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Self { child, port }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    async fn stop(&mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// What the link asked of the rooms.
+#[derive(Debug, PartialEq, Eq)]
+enum Call {
+    Full(String),
+    Drop(String),
+}
+
+/// A room side that records the calls and has `open` rooms.
+struct FakeRooms {
+    calls: UnboundedSender<Call>,
+    open: Vec<String>,
+}
+
+impl RoomSide for FakeRooms {
+    fn publish_full(&self, room: &str, _to: Option<Subject>) -> bool {
+        let _ = self.calls.send(Call::Full(room.to_owned()));
+        self.open.iter().any(|r| r == room)
+    }
+    fn open_rooms(&self) -> Vec<String> {
+        self.open.clone()
+    }
+    fn local_counts(&self) -> Vec<(String, u32)> {
+        Vec::new()
+    }
+    fn apply(&self, _room: &str, _update: Update) {}
+    fn drop_node(&self, node: &str, _epoch: u64) {
+        let _ = self.calls.send(Call::Drop(node.to_owned()));
+    }
+}
+
+struct Node {
+    cluster: Arc<Cluster>,
+    calls: UnboundedReceiver<Call>,
+    _rooms: Arc<dyn RoomSide>,
+}
+
+impl Node {
+    async fn start(name: &str, slot: u32, nats: &NatsServer, open: &[&str]) -> Self {
+        let mut s = Cluster::test_settings(name, slot);
+        s.urls = vec![nats.url()];
+        s.heartbeat = Duration::from_millis(100);
+        s.node_timeout = Duration::from_millis(400);
+        let cluster = start(
+            s,
+            Arc::new(Metrics::default()),
+            Rules::default(),
+            Clock::start(),
+        )
+        .await
+        .expect("the link starts");
+        let (tx, calls) = unbounded_channel();
+        let rooms: Arc<dyn RoomSide> = Arc::new(FakeRooms {
+            calls: tx,
+            open: open.iter().map(|r| (*r).to_owned()).collect(),
+        });
+        cluster.attach(Arc::downgrade(&rooms));
+        Self {
+            cluster,
+            calls,
+            _rooms: rooms,
+        }
+    }
+
+    /// Waits until the health line contains `text`.
+    async fn health(&self, text: &str) {
+        within(text, async {
+            while !self.cluster.health_line().contains(text) {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Waits for `call`, skipping others.
+    async fn called(&mut self, call: Call) {
+        let what = format!("{call:?}");
+        within(&what, async {
+            loop {
+                match self.calls.recv().await {
+                    Some(c) if c == call => return,
+                    Some(_) => {}
+                    None => panic!("the rooms are gone"),
+                }
+            }
+        })
+        .await;
+    }
+}
+
+/// NATS stopped while this node has traffic to publish: the client's
+/// command queue fills (it is not drained while reconnecting), yet the
+/// peer still expires and its members are dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_nats_gone_under_traffic_peers_still_expire() {
+    let mut nats = NatsServer::start().await;
+    let mut a = Node::start("a", 1, &nats, &[]).await;
+    let b = Node::start("b", 2, &nats, &[]).await;
+    a.health("connected, 1 peers").await;
+    nats.stop().await;
+    a.health("NATS unreachable").await;
+    let subject = a.cluster.room_subject("busy");
+    for _ in 0..8_000 {
+        a.cluster
+            .publish(subject.clone(), Bytes::from_static(b"traffic"));
+    }
+    let stopped = Instant::now();
+    a.called(Call::Drop("b".into())).await;
+    assert!(
+        stopped.elapsed() < Duration::from_secs(2),
+        "dropped after {:?}",
+        stopped.elapsed()
+    );
+    drop(b);
+}
