@@ -21,7 +21,7 @@ use tracing::{debug, error, info, warn};
 
 use super::directory::{Directory, Seen};
 use super::wire::{self, Origin, cpb};
-use super::{Cluster, ClusterSettings, Inbound, lock, run_inbound};
+use super::{Cluster, ClusterSettings, ControlQueue, Inbound, lock, run_inbound};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::protocol::Rules;
@@ -177,6 +177,7 @@ pub async fn start(
     let (out_tx, out_rx) = mpsc::channel(settings.queue);
     let (in_tx, in_rx) = mpsc::channel(settings.queue);
     let directory = Directory::new(me.clone(), settings.node_timeout);
+    let drops = Arc::new(ControlQueue::new(settings.queue));
     let cluster = Arc::new(Cluster {
         me_pb: me.to_pb(),
         me,
@@ -188,6 +189,7 @@ pub async fn start(
         }),
         out: out_tx,
         inbound: in_tx,
+        control: Arc::clone(&drops),
         directory: Mutex::new(directory),
         connected: false.into(),
         down_since: Mutex::new(None),
@@ -198,7 +200,7 @@ pub async fn start(
         stop,
         settings,
     });
-    tokio::spawn(run_inbound(Arc::downgrade(&cluster), in_rx));
+    tokio::spawn(run_inbound(Arc::downgrade(&cluster), drops, in_rx));
     let c = &cluster;
     let stop = || c.stop.clone();
     link.spawn(until_stopped(stop(), publisher(Arc::clone(c), out_rx)));
@@ -381,11 +383,21 @@ async fn heartbeats(cluster: Arc<Cluster>, clock: Clock) {
         for (node, epoch) in lost {
             cluster.metrics.cluster_nodes_lost.inc();
             warn!(%node, "cluster: node silent for the node timeout, its members are removed");
-            let _ = cluster.inbound.send(Inbound::DropNode(node, epoch)).await;
+            to_rooms(&cluster, Inbound::DropNode(node, epoch));
         }
         let live = lock(&cluster.directory).live();
         cluster.metrics.cluster_peers.set(live as i64);
         heartbeat(&cluster, clock.now_ms(), false).await;
+    }
+}
+
+/// Hands a drop or a reset to the rooms without waiting (the control
+/// queue, handled before the room updates). Past its bound (the server
+/// runtime far behind) it is dropped, counted and logged.
+fn to_rooms(cluster: &Cluster, msg: Inbound) {
+    if !cluster.control.push(msg) {
+        cluster.metrics.cluster_dropped.inc();
+        warn!("cluster: the rooms are far behind; a node drop or reset was lost");
     }
 }
 
@@ -433,15 +445,7 @@ pub(super) fn observe(cluster: &Cluster, from: &Origin) -> bool {
             info!(%node, "cluster: node restarted, removing its previous run's members");
             clash(slot_clash);
             live(cluster);
-            let drop = Inbound::DropNode(Arc::clone(node), old_epoch);
-            if let Err(mpsc::error::TrySendError::Full(drop)) = cluster.inbound.try_send(drop)
-                && let Some(nats) = &cluster.nats
-            {
-                let tx = cluster.inbound.clone();
-                nats.link.spawn(async move {
-                    let _ = tx.send(drop).await;
-                });
-            }
+            to_rooms(cluster, Inbound::DropNode(Arc::clone(node), old_epoch));
         }
     }
     true
@@ -474,7 +478,7 @@ async fn control(cluster: Arc<Cluster>, kind: Control) {
     while let Some(msg) = sub.next().await {
         received(&cluster, msg.payload.len());
         match kind {
-            Control::Heartbeat => on_heartbeat(&cluster, &msg.payload).await,
+            Control::Heartbeat => on_heartbeat(&cluster, &msg.payload),
             Control::Snapshot => on_snapshot_request(&cluster, &msg).await,
             Control::Sync => on_sync_request(&cluster, &msg.payload),
             Control::Counts => on_counts_request(&cluster, &msg).await,
@@ -482,7 +486,7 @@ async fn control(cluster: Arc<Cluster>, kind: Control) {
     }
 }
 
-async fn on_heartbeat(cluster: &Cluster, payload: &[u8]) {
+fn on_heartbeat(cluster: &Cluster, payload: &[u8]) {
     let beat = match wire::decode_heartbeat(payload, cluster.me.slots) {
         Ok(beat) => beat,
         Err(err) => return bad(cluster, &err),
@@ -495,10 +499,10 @@ async fn on_heartbeat(cluster: &Cluster, payload: &[u8]) {
                 .metrics
                 .cluster_peers
                 .set(lock(&cluster.directory).live() as i64);
-            let _ = cluster
-                .inbound
-                .send(Inbound::DropNode(beat.origin.node, beat.origin.epoch))
-                .await;
+            to_rooms(
+                cluster,
+                Inbound::DropNode(beat.origin.node, beat.origin.epoch),
+            );
         }
         return;
     }
@@ -550,10 +554,7 @@ async fn on_snapshot_request(cluster: &Cluster, msg: &async_nats::Message) {
         motion: Vec::new(),
         closed: true,
     };
-    let _ = cluster
-        .inbound
-        .send(Inbound::Update(Arc::from(room.as_str()), reset))
-        .await;
+    to_rooms(cluster, Inbound::Update(Arc::from(room.as_str()), reset));
     let sent = cluster
         .room_side()
         .is_some_and(|rooms| rooms.publish_full(&room, Some(reply.clone())));

@@ -194,6 +194,43 @@ pub enum Inbound {
     DropNode(Arc<str>, u64),
 }
 
+/// Drops of nodes (expired, `bye`, replaced) and resets of a part, from
+/// the link's control and heartbeat tasks to the rooms. Pushing never
+/// waits, so a lagging server runtime cannot stop this node's heartbeats;
+/// [`run_inbound`] handles these before the queued room updates.
+pub(crate) struct ControlQueue {
+    queue: Mutex<std::collections::VecDeque<Inbound>>,
+    bound: usize,
+    wake: tokio::sync::Notify,
+}
+
+impl ControlQueue {
+    pub(crate) fn new(bound: usize) -> Self {
+        Self {
+            queue: Mutex::new(std::collections::VecDeque::new()),
+            bound,
+            wake: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Queues `msg`; false (nothing queued) past the bound.
+    pub(crate) fn push(&self, msg: Inbound) -> bool {
+        {
+            let mut q = lock(&self.queue);
+            if q.len() >= self.bound {
+                return false;
+            }
+            q.push_back(msg);
+        }
+        self.wake.notify_one();
+        true
+    }
+
+    fn pop(&self) -> Option<Inbound> {
+        lock(&self.queue).pop_front()
+    }
+}
+
 /// The handle to this node's cluster membership.
 pub struct Cluster {
     pub settings: ClusterSettings,
@@ -206,6 +243,7 @@ pub struct Cluster {
     nats: Option<Nats>,
     out: mpsc::Sender<(Subject, Bytes)>,
     inbound: mpsc::Sender<Inbound>,
+    control: Arc<ControlQueue>,
     directory: Mutex<Directory>,
     connected: AtomicBool,
     /// When the NATS connection was lost (None while connected).
@@ -466,6 +504,7 @@ impl Cluster {
             nats: None,
             out,
             inbound,
+            control: Arc::new(ControlQueue::new(settings.queue)),
             connected: AtomicBool::new(true),
             down_since: Mutex::new(None),
             started: Instant::now(),
@@ -501,14 +540,41 @@ impl Drop for Cluster {
     }
 }
 
-/// Hands what the link received to the rooms, in order, on the server
-/// runtime (writes to sockets run outside tokio's cooperative budget, as
-/// every room write does).
-async fn run_inbound(cluster: Weak<Cluster>, mut rx: mpsc::Receiver<Inbound>) {
-    while let Some(msg) = rx.recv().await {
-        let Some(rooms) = cluster.upgrade().and_then(|c| c.room_side()) else {
+/// Hands what the link received to the rooms on the server runtime: the
+/// control queue first, then the room updates in the order NATS delivered
+/// them (writes to sockets run outside tokio's cooperative budget, as every
+/// room write does). An update from a node declared down since it was read
+/// is dropped: the node's drop went first, and the node is asked for its
+/// full states when heard again.
+async fn run_inbound(
+    cluster: Weak<Cluster>,
+    control: Arc<ControlQueue>,
+    mut rx: mpsc::Receiver<Inbound>,
+) {
+    loop {
+        let msg = match control.pop() {
+            Some(msg) => msg,
+            None => tokio::select! {
+                biased;
+                () = control.wake.notified() => continue,
+                msg = rx.recv() => match msg {
+                    Some(msg) => msg,
+                    None => return,
+                },
+            },
+        };
+        let Some(cluster) = cluster.upgrade() else {
+            return;
+        };
+        if let Inbound::Update(_, u) = &msg
+            && !cluster.is_live(&u.origin.node, u.origin.epoch)
+        {
+            continue;
+        }
+        let Some(rooms) = cluster.room_side() else {
             continue;
         };
+        drop(cluster);
         tokio::task::unconstrained(async move {
             match msg {
                 Inbound::Update(room, update) => rooms.apply(&room, update),

@@ -72,6 +72,7 @@ impl NatsServer {
 enum Call {
     Full(String),
     Drop(String),
+    Apply(String),
 }
 
 /// A room side that records the calls and has `open` rooms.
@@ -91,7 +92,9 @@ impl RoomSide for FakeRooms {
     fn local_counts(&self) -> Vec<(String, u32)> {
         Vec::new()
     }
-    fn apply(&self, _room: &str, _update: Update) {}
+    fn apply(&self, room: &str, _update: Update) {
+        let _ = self.calls.send(Call::Apply(room.to_owned()));
+    }
     fn drop_node(&self, node: &str, _epoch: u64) {
         let _ = self.calls.send(Call::Drop(node.to_owned()));
     }
@@ -180,4 +183,74 @@ async fn with_nats_gone_under_traffic_peers_still_expire() {
         stopped.elapsed()
     );
     drop(b);
+}
+
+fn origin(node: &str, epoch: u64, slot: u32) -> Origin {
+    Origin {
+        node: Arc::from(node),
+        epoch,
+        slot,
+        slots: 16,
+    }
+}
+
+fn delta(from: &Origin, seq: u64) -> Update {
+    Update {
+        origin: from.clone(),
+        seq,
+        full: false,
+        tick_ms: 0,
+        ops: Vec::new(),
+        motion: Vec::new(),
+        closed: false,
+    }
+}
+
+/// The rooms' update channel is full (the server runtime lags): a node's
+/// drop is still handed over at once, applied before the queued updates,
+/// and the dropped node's queued update is not applied after its drop.
+#[tokio::test]
+async fn drops_never_wait_for_the_room_updates_and_go_first() {
+    let (c, _out) = Cluster::detached(
+        Cluster::test_settings("me", 0),
+        Arc::new(Metrics::default()),
+    );
+    let (tx, mut calls) = unbounded_channel();
+    let rooms: Arc<dyn RoomSide> = Arc::new(FakeRooms {
+        calls: tx,
+        open: Vec::new(),
+    });
+    c.attach(Arc::downgrade(&rooms));
+    let (a, b) = (origin("a", 7, 1), origin("b", 8, 2));
+    let t0 = Instant::now();
+    lock(&c.directory).seen(&a, t0);
+    lock(&c.directory).seen(&b, t0);
+    let (updates, rx) = mpsc::channel(2);
+    updates
+        .try_send(Inbound::Update(Arc::from("r1"), delta(&b, 1)))
+        .expect("room");
+    updates
+        .try_send(Inbound::Update(Arc::from("r2"), delta(&a, 1)))
+        .expect("room");
+    assert!(
+        updates
+            .try_send(Inbound::Update(Arc::from("r3"), delta(&a, 2)))
+            .is_err(),
+        "full"
+    );
+    // b expires: what the heartbeats task does, without waiting.
+    lock(&c.directory).expire(t0 + Duration::from_secs(10));
+    lock(&c.directory).seen(&a, t0 + Duration::from_secs(10));
+    to_rooms(&c, Inbound::DropNode(Arc::clone(&b.node), b.epoch));
+    tokio::spawn(run_inbound(Arc::downgrade(&c), Arc::clone(&c.control), rx));
+    let mut got = Vec::new();
+    for _ in 0..2 {
+        got.push(
+            within("the rooms' calls", calls.recv())
+                .await
+                .expect("a call"),
+        );
+    }
+    assert_eq!(got, [Call::Drop("b".into()), Call::Apply("r2".into())]);
+    drop(rooms);
 }
