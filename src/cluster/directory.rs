@@ -167,13 +167,36 @@ impl Directory {
         lost
     }
 
-    /// This node was stalled (frozen, starved) until `now`: what it did not
-    /// hear meanwhile says nothing about its peers, so each live peer gets
-    /// a fresh timeout.
-    pub fn stalled(&mut self, now: Instant) {
-        for peer in self.peers.values_mut().filter(|p| !p.down) {
-            peer.last_seen = now;
+    /// This node's heartbeat timer, due at `due` every `period`, fired at
+    /// `now`. Later than half a period (1.5 periods after the previous
+    /// beat) means this node was stalled (frozen, starved): what it did not
+    /// hear meanwhile says nothing about its peers, so the delay does not
+    /// count against them (each live peer's last sign of life moves on by
+    /// it, never past `now`). Returns the delay when it was a stall.
+    ///
+    /// Measured against the timer rather than against the node timeout, a
+    /// freeze just under the timeout is a stall too, and does not make
+    /// this node drop peers whose messages are still in its socket. A dead
+    /// peer still expires: only the delays are forgiven, not the time
+    /// between them.
+    pub fn beat(&mut self, due: Instant, now: Instant, period: Duration) -> Option<Duration> {
+        let late = now.saturating_duration_since(due);
+        if late <= period / 2 {
+            return None;
         }
+        for peer in self.peers.values_mut().filter(|p| !p.down) {
+            peer.last_seen = (peer.last_seen + late).min(now);
+        }
+        Some(late)
+    }
+
+    /// The live peers' names.
+    pub fn live_nodes(&self) -> Vec<Arc<str>> {
+        self.peers
+            .iter()
+            .filter(|(_, p)| !p.down)
+            .map(|(name, _)| Arc::clone(name))
+            .collect()
     }
 
     /// Live peers.
@@ -291,15 +314,54 @@ mod tests {
         );
     }
 
+    const PERIOD: Duration = Duration::from_secs(1);
+
     #[test]
-    fn a_stall_gives_every_live_peer_a_fresh_timeout() {
+    fn a_long_stall_gives_every_live_peer_a_fresh_timeout() {
         let mut d = dir();
         let t0 = Instant::now();
         d.seen(&origin("a", 1, 1), t0);
         let late = t0 + Duration::from_secs(20);
-        d.stalled(late);
+        assert_eq!(
+            d.beat(t0 + PERIOD, late, PERIOD),
+            Some(Duration::from_secs(19))
+        );
         assert!(d.expire(late + Duration::from_secs(2)).is_empty());
         assert_eq!(d.expire(late + Duration::from_secs(4)).len(), 1);
+    }
+
+    /// A freeze just under the node timeout: the peer's last beat came at
+    /// 0.1 s, ours at 1 s, and the next of ours (due at 2 s) fires at
+    /// 3.5 s. Compared with the timeout (3.5 - 1 < 3 s) it was no stall, and
+    /// the peer (silent since 0.1 s, 3.4 s ago) was dropped on resuming.
+    #[test]
+    fn a_freeze_just_under_the_timeout_is_a_stall_and_drops_nobody() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        d.seen(&origin("a", 1, 1), t0 + Duration::from_millis(100));
+        assert_eq!(d.beat(t0 + PERIOD, t0 + PERIOD, PERIOD), None);
+        assert!(d.expire(t0 + PERIOD).is_empty());
+        let resumed = t0 + Duration::from_millis(3_500);
+        assert_eq!(
+            d.beat(t0 + 2 * PERIOD, resumed, PERIOD),
+            Some(Duration::from_millis(1_500))
+        );
+        assert!(d.expire(resumed).is_empty(), "nobody dropped on resuming");
+        assert_eq!(d.live_nodes(), [Arc::<str>::from("a")]);
+        // A beat on time forgives nothing: the peer, really silent, expires
+        // 3 s after its last beat plus the stall.
+        assert_eq!(d.beat(resumed + PERIOD, resumed + PERIOD, PERIOD), None);
+        assert!(d.expire(t0 + Duration::from_millis(4_600)).is_empty());
+        assert_eq!(d.expire(t0 + Duration::from_millis(4_601)).len(), 1);
+    }
+
+    #[test]
+    fn a_beat_late_by_half_a_period_or_less_is_no_stall() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        d.seen(&origin("a", 1, 1), t0);
+        assert_eq!(d.beat(t0, t0 + PERIOD / 2, PERIOD), None);
+        assert_eq!(d.expire(t0 + Duration::from_millis(3_001)).len(), 1);
     }
 
     #[test]

@@ -359,24 +359,22 @@ async fn heartbeat(cluster: &Cluster, server_time_ms: u64, bye: bool) {
 }
 
 /// Every heartbeat period: publish ours, and declare down the peers silent
-/// for the node timeout (their members leave every room). A period that
-/// came far too late means this node was stalled, not its peers.
+/// for the node timeout (their members leave every room). A beat more
+/// than half a period late means this node was stalled, not its peers.
 async fn heartbeats(cluster: Arc<Cluster>, clock: Clock) {
     let period = cluster.settings.heartbeat;
     let mut interval = tokio::time::interval(period);
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
-    let mut last = Instant::now();
     loop {
-        interval.tick().await;
+        let due = interval.tick().await;
         let now = Instant::now();
-        if now.saturating_duration_since(last) > cluster.settings.node_timeout {
+        let stalled = lock(&cluster.directory).beat(due, now, period);
+        if let Some(late) = stalled {
             warn!(
-                stalled_ms = now.saturating_duration_since(last).as_millis() as u64,
-                "cluster: this node was stalled; its peers get a fresh timeout"
+                stalled_ms = late.as_millis() as u64,
+                "cluster: this node was stalled; the stall does not count against its peers"
             );
-            lock(&cluster.directory).stalled(now);
         }
-        last = now;
         // Expiry first, and never behind NATS: with NATS away the peers
         // must still expire, so rooms shrink to the local members.
         let lost = lock(&cluster.directory).expire(now);
