@@ -286,7 +286,9 @@ fn received(cluster: &Cluster, bytes: usize) {
 }
 
 /// The NATS connection's events: the connected gauge, `/healthz`, and on
-/// every (re)connection a heartbeat and this node's full states at once.
+/// every (re)connection a heartbeat and this node's full states at once;
+/// after a lost connection, also a request to every live peer for its full
+/// states (what it published meanwhile did not reach this node).
 async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
     while let Some(event) = rx.recv().await {
         match event {
@@ -305,12 +307,15 @@ async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
                 publish_fulls(&cluster);
                 // Once more a heartbeat later: a peer that reconnected after
                 // us was not subscribed yet, and a leave lost in the outage
-                // would otherwise stay a ghost there until our next update.
+                // would otherwise stay a ghost there until our next update
+                // (and here, until its next update).
                 if was_down.is_some() {
+                    resync_all(&cluster);
                     let again = Arc::clone(&cluster);
                     tokio::spawn(async move {
                         tokio::time::sleep(again.settings.heartbeat).await;
                         publish_fulls(&again);
+                        resync_all(&again);
                     });
                 }
             }
@@ -339,6 +344,37 @@ fn publish_fulls(cluster: &Cluster) {
         for room in rooms.open_rooms() {
             rooms.publish_full(&room, None);
         }
+    }
+}
+
+/// The most rooms named in one `SyncRequest`: room names are at most 32
+/// bytes, so a request stays near 10 KB, far under NATS's `max_payload`
+/// (1 MB by default), past which a publish fails.
+const SYNC_CHUNK: usize = 256;
+
+/// Asks `node` for its full state of `rooms`, in requests of
+/// [`SYNC_CHUNK`] rooms.
+fn ask_fulls(cluster: &Cluster, node: &str, rooms: &[String]) {
+    for chunk in rooms.chunks(SYNC_CHUNK) {
+        cluster.request_sync(node, chunk.to_vec());
+    }
+}
+
+/// Asks every live peer for its full state of every room open here: this
+/// node may have missed updates (its NATS connection was lost, or it was
+/// stalled), and a missed update is otherwise only noticed at the next one
+/// in the same room, which may never come (a leave in a room gone quiet).
+fn resync_all(cluster: &Cluster) {
+    let Some(rooms) = cluster.room_side() else {
+        return;
+    };
+    let open = rooms.open_rooms();
+    if open.is_empty() {
+        return;
+    }
+    let peers = lock(&cluster.directory).live_nodes();
+    for node in peers {
+        ask_fulls(cluster, &node, &open);
     }
 }
 
@@ -374,6 +410,10 @@ async fn heartbeats(cluster: Arc<Cluster>, clock: Clock) {
                 stalled_ms = late.as_millis() as u64,
                 "cluster: this node was stalled; the stall does not count against its peers"
             );
+            // What was published meanwhile may be lost (a slow consumer cut
+            // off by NATS): both ways, full states.
+            publish_fulls(&cluster);
+            resync_all(&cluster);
         }
         // Expiry first, and never behind NATS: with NATS away the peers
         // must still expire, so rooms shrink to the local members.
@@ -430,10 +470,7 @@ pub(super) fn observe(cluster: &Cluster, from: &Origin) -> bool {
             info!(%node, "cluster: node heard again, taking its members back");
             live(cluster);
             if let Some(rooms) = cluster.room_side() {
-                let open = rooms.open_rooms();
-                if !open.is_empty() {
-                    cluster.request_sync(node, open);
-                }
+                ask_fulls(cluster, node, &rooms.open_rooms());
             }
         }
         Seen::Replaced {

@@ -7,6 +7,8 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
+use std::collections::HashMap;
+
 use super::*;
 use crate::cluster::RoomSide;
 use crate::cluster::wire::Update;
@@ -75,7 +77,8 @@ enum Call {
     Apply(String),
 }
 
-/// A room side that records the calls and has `open` rooms.
+/// A room side that records the calls and has `open` rooms (any room
+/// asked for has a full state).
 struct FakeRooms {
     calls: UnboundedSender<Call>,
     open: Vec<String>,
@@ -84,7 +87,7 @@ struct FakeRooms {
 impl RoomSide for FakeRooms {
     fn publish_full(&self, room: &str, _to: Option<Subject>) -> bool {
         let _ = self.calls.send(Call::Full(room.to_owned()));
-        self.open.iter().any(|r| r == room)
+        true
     }
     fn open_rooms(&self) -> Vec<String> {
         self.open.clone()
@@ -112,6 +115,10 @@ impl Node {
         s.urls = vec![nats.url()];
         s.heartbeat = Duration::from_millis(100);
         s.node_timeout = Duration::from_millis(400);
+        Self::with(s, open).await
+    }
+
+    async fn with(s: ClusterSettings, open: &[&str]) -> Self {
         let cluster = start(
             s,
             Arc::new(Metrics::default()),
@@ -252,5 +259,81 @@ async fn drops_never_wait_for_the_room_updates_and_go_first() {
         );
     }
     assert_eq!(got, [Call::Drop("b".into()), Call::Apply("r2".into())]);
+    drop(rooms);
+}
+
+/// NATS lost for less than the node timeout and back: each node asks its
+/// live peers for their full states of its open rooms (their updates in
+/// the outage were lost). Here b has no room open, so a full state of
+/// `shared` from b can only answer a's request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_lost_connection_a_node_asks_its_live_peers_for_full_states() {
+    let mut nats = NatsServer::start().await;
+    let slow = |name: &str, slot| {
+        let mut s = Cluster::test_settings(name, slot);
+        s.urls = vec![nats.url()];
+        s.heartbeat = Duration::from_millis(100);
+        // Nobody expires in this test.
+        s.node_timeout = Duration::from_secs(60);
+        s
+    };
+    let a = Node::with(slow("a", 1), &["shared"]).await;
+    let mut b = Node::with(slow("b", 2), &[]).await;
+    a.health("connected, 1 peers").await;
+    b.health("connected, 1 peers").await;
+    nats.stop().await;
+    a.health("NATS unreachable").await;
+    while b.calls.try_recv().is_ok() {}
+    let port = nats.port.to_string();
+    let _nats = NatsServer::on(&port).await;
+    b.called(Call::Full("shared".into())).await;
+    assert!(a.cluster.is_live("b", b.cluster.me().epoch));
+}
+
+/// A peer is asked for many rooms in requests of at most `SYNC_CHUNK`
+/// rooms each (one request naming every room could pass NATS's
+/// `max_payload`, and then repair would never happen).
+#[tokio::test]
+async fn a_resync_asks_every_live_peer_for_every_open_room_in_chunks() {
+    let (c, mut out) = Cluster::detached(
+        Cluster::test_settings("me", 0),
+        Arc::new(Metrics::default()),
+    );
+    let open: Vec<String> = (0..600).map(|i| format!("room{i}")).collect();
+    let (tx, _calls) = unbounded_channel();
+    let rooms: Arc<dyn RoomSide> = Arc::new(FakeRooms {
+        calls: tx,
+        open: open.clone(),
+    });
+    c.attach(Arc::downgrade(&rooms));
+    let t0 = Instant::now();
+    for (name, slot) in [("a", 1), ("b", 2), ("gone", 3)] {
+        lock(&c.directory).seen(&origin(name, 5, slot), t0);
+    }
+    lock(&c.directory).expire(t0 + Duration::from_secs(10));
+    lock(&c.directory).seen(&origin("a", 5, 1), t0 + Duration::from_secs(10));
+    lock(&c.directory).seen(&origin("b", 5, 2), t0 + Duration::from_secs(10));
+    resync_all(&c);
+    let mut asked: HashMap<String, Vec<String>> = HashMap::new();
+    while let Ok((subject, payload)) = out.try_recv() {
+        let (_, rooms) =
+            wire::decode_sync_request(&payload, 16, &Rules::default()).expect("a sync request");
+        assert!(
+            rooms.len() <= SYNC_CHUNK,
+            "{} rooms in one request",
+            rooms.len()
+        );
+        let node = subject
+            .as_str()
+            .rsplit('.')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
+        asked.entry(node).or_default().extend(rooms);
+    }
+    assert_eq!(asked.len(), 2, "the live peers only: {:?}", asked.keys());
+    for node in ["a", "b"] {
+        assert_eq!(asked[node], open, "{node}");
+    }
     drop(rooms);
 }
