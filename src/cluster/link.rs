@@ -648,11 +648,11 @@ async fn on_counts_request(cluster: &Cluster, msg: &async_nats::Message) {
 }
 
 /// Subscribes to `room`'s subject (once), and reads it on the link runtime
-/// until [`Cluster::close`].
-/// Subscribes to `room`'s subject (once), and reads it on the link runtime
 /// until [`Cluster::close`]. Waits for the subscription until `deadline`
 /// at most: with NATS away the client's command queue can be full, and a
-/// join must not hang on it (the subscription then completes later).
+/// join must not hang on it (the subscription then completes later, and
+/// the live peers are then asked for their full states of the room: the
+/// updates published before it were not received).
 pub(super) async fn subscribe_room(cluster: &Arc<Cluster>, room: &str, deadline: Instant) {
     let token = CancellationToken::new();
     {
@@ -675,14 +675,42 @@ pub(super) async fn subscribe_room(cluster: &Arc<Cluster>, room: &str, deadline:
         };
         let _ = done.send(());
         match sub {
-            Ok(sub) => read_room(Arc::clone(&c), room, sub, token).await,
+            Ok(sub) => {
+                if Instant::now() > deadline {
+                    debug!(%room, "cluster: the room subscription came after the opening; asking for full states");
+                    subscribed_late(&c, &room);
+                }
+                read_room(Arc::clone(&c), room, sub, token).await;
+            }
             Err(err) => {
                 error!(%err, %room, "cluster: cannot subscribe to the room");
-                c.close(&room);
+                subscribe_failed(&c, &room, &token);
             }
         }
     });
     let _ = tokio::time::timeout_at(deadline, subscribed).await;
+}
+
+/// The subscription to `room` came after its opening gave up waiting:
+/// every live peer is asked for its full state of the room.
+fn subscribed_late(cluster: &Cluster, room: &str) {
+    let peers = lock(&cluster.directory).live_nodes();
+    for node in peers {
+        cluster.request_sync(&node, vec![room.to_owned()]);
+    }
+}
+
+/// The subscription under `token` failed: forgets it, unless the room was
+/// closed meanwhile (its token cancelled), and maybe opened again under a
+/// newer subscription, which must stay.
+fn subscribe_failed(cluster: &Cluster, room: &str, token: &CancellationToken) {
+    let mut subs = lock(&cluster.subs);
+    // `close` cancels a token as it removes it, so an uncancelled token is
+    // still the one in the map.
+    if !token.is_cancelled() && subs.remove(room).is_some() {
+        token.cancel();
+        cluster.metrics.cluster_rooms_subscribed.dec();
+    }
 }
 
 async fn read_room(

@@ -337,3 +337,38 @@ async fn a_resync_asks_every_live_peer_for_every_open_room_in_chunks() {
     }
     drop(rooms);
 }
+
+/// A room subscription that NATS confirms after the opening's deadline:
+/// the live peers are asked for their full state of that room (here the
+/// deadline is already past when the subscription starts).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_room_subscribed_after_its_opening_asks_the_peers_for_full_states() {
+    let nats = NatsServer::start().await;
+    let a = Node::start("a", 1, &nats, &[]).await;
+    let mut b = Node::start("b", 2, &nats, &[]).await;
+    a.health("connected, 1 peers").await;
+    b.health("connected, 1 peers").await;
+    subscribe_room(&a.cluster, "late", Instant::now()).await;
+    b.called(Call::Full("late".into())).await;
+}
+
+/// A failed subscription forgets itself, never a newer subscription of the
+/// same room (after a close and a reopen).
+#[test]
+fn a_failed_subscription_leaves_a_newer_one_of_the_room() {
+    let (c, _out) = Cluster::detached(
+        Cluster::test_settings("me", 0),
+        Arc::new(Metrics::default()),
+    );
+    let old = CancellationToken::new();
+    lock(&c.subs).insert(Arc::from("r"), old.clone());
+    c.close("r");
+    let newer = CancellationToken::new();
+    lock(&c.subs).insert(Arc::from("r"), newer.clone());
+    subscribe_failed(&c, "r", &old);
+    assert!(lock(&c.subs).contains_key("r"));
+    assert!(!newer.is_cancelled());
+    subscribe_failed(&c, "r", &newer);
+    assert!(!lock(&c.subs).contains_key("r"));
+    assert!(newer.is_cancelled());
+}
