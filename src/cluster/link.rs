@@ -7,6 +7,7 @@
 //! sync and room-count requests, and reads one subscription per open room,
 //! handing decoded updates to the server runtime in order.
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -21,7 +22,7 @@ use tracing::{debug, error, info, warn};
 
 use super::directory::{Directory, Seen};
 use super::wire::{self, Origin, cpb};
-use super::{Cluster, ClusterSettings, ControlQueue, Inbound, lock, run_inbound};
+use super::{Cluster, ClusterSettings, ControlQueue, Inbound, RoomSide, lock, run_inbound};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::protocol::Rules;
@@ -190,6 +191,7 @@ pub async fn start(
         out: out_tx,
         inbound: in_tx,
         control: Arc::clone(&drops),
+        fulls: Mutex::default(),
         directory: Mutex::new(directory),
         connected: false.into(),
         down_since: Mutex::new(None),
@@ -304,7 +306,7 @@ async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
                     None => info!("cluster: connected to NATS"),
                 }
                 heartbeat(&cluster, 0, false).await;
-                publish_fulls(&cluster);
+                tokio::spawn(publish_fulls(Arc::clone(&cluster)));
                 // Once more a heartbeat later: a peer that reconnected after
                 // us was not subscribed yet, and a leave lost in the outage
                 // would otherwise stay a ghost there until our next update
@@ -314,8 +316,8 @@ async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
                     let again = Arc::clone(&cluster);
                     tokio::spawn(async move {
                         tokio::time::sleep(again.settings.heartbeat).await;
-                        publish_fulls(&again);
                         resync_all(&again);
+                        publish_fulls(again).await;
                     });
                 }
             }
@@ -338,13 +340,95 @@ async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
     }
 }
 
-/// This node's full state of every room open here, on the rooms' subjects.
-fn publish_fulls(cluster: &Cluster) {
-    if let Some(rooms) = cluster.room_side() {
-        for room in rooms.open_rooms() {
+/// This node's full state of every room open here, on the rooms' subjects,
+/// spread out: every [`FULLS_BATCH`] rooms it waits (a second at most)
+/// until the outgoing queue is at most half full, so the live updates
+/// queued meanwhile are not dropped behind them.
+async fn publish_fulls(cluster: Arc<Cluster>) {
+    let Some(rooms) = cluster.room_side() else {
+        return;
+    };
+    for (i, room) in rooms.open_rooms().iter().enumerate() {
+        if i % FULLS_BATCH == FULLS_BATCH - 1 {
+            let give_up = Instant::now() + Duration::from_secs(1);
+            while cluster.out.capacity() < cluster.out.max_capacity() / 2
+                && Instant::now() < give_up
+            {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        }
+        full_soon(&cluster, rooms.as_ref(), room);
+    }
+}
+
+/// Rooms whose full states go out between two looks at the outgoing queue.
+const FULLS_BATCH: usize = 64;
+/// At most one full state per room in this time; the requests meanwhile
+/// are served by one more at its end.
+const FULL_EVERY: Duration = Duration::from_millis(100);
+/// Rooms remembered for [`FULL_EVERY`] at most (names come from requests).
+const FULLS_KNOWN: usize = 65_536;
+
+/// When each room's last full state went out, and whether another one is
+/// due at [`FULL_EVERY`] after it.
+pub(super) type Fulls = Mutex<HashMap<Arc<str>, FullSent>>;
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct FullSent {
+    at: Instant,
+    again: bool,
+}
+
+/// Publishes this node's full state of `room` on its subject, at most once
+/// per [`FULL_EVERY`]: a request within that time of the last one is
+/// served by one more full state at its end, and any further request
+/// meanwhile by that same one. (One lost message in a room spanning n
+/// nodes brings n - 1 requests; a reconnect brings a request from every
+/// peer.)
+fn full_soon(cluster: &Arc<Cluster>, rooms: &dyn RoomSide, room: &str) {
+    let now = Instant::now();
+    let later = {
+        let mut fulls = lock(&cluster.fulls);
+        match fulls.get_mut(room) {
+            Some(sent) if sent.again => return,
+            Some(sent) if now < sent.at + FULL_EVERY => {
+                sent.again = true;
+                Some(sent.at + FULL_EVERY)
+            }
+            _ => {
+                if fulls.len() >= FULLS_KNOWN {
+                    fulls.retain(|_, s| s.again || now < s.at + FULL_EVERY);
+                }
+                if fulls.len() < FULLS_KNOWN {
+                    let sent = FullSent {
+                        at: now,
+                        again: false,
+                    };
+                    fulls.insert(Arc::from(room), sent);
+                }
+                None
+            }
+        }
+    };
+    let Some(at) = later else {
+        if !rooms.publish_full(room, None) {
+            lock(&cluster.fulls).remove(room);
+        }
+        return;
+    };
+    let (c, room) = (Arc::clone(cluster), Arc::<str>::from(room));
+    tokio::spawn(async move {
+        tokio::time::sleep_until(at).await;
+        if let Some(sent) = lock(&c.fulls).get_mut(&room) {
+            *sent = FullSent {
+                at: Instant::now(),
+                again: false,
+            };
+        }
+        if let Some(rooms) = c.room_side() {
             rooms.publish_full(&room, None);
         }
-    }
+    });
 }
 
 /// The most rooms named in one `SyncRequest`: room names are at most 32
@@ -412,7 +496,7 @@ async fn heartbeats(cluster: Arc<Cluster>, clock: Clock) {
             );
             // What was published meanwhile may be lost (a slow consumer cut
             // off by NATS): both ways, full states.
-            publish_fulls(&cluster);
+            tokio::spawn(publish_fulls(Arc::clone(&cluster)));
             resync_all(&cluster);
         }
         // Expiry first, and never behind NATS: with NATS away the peers
@@ -606,7 +690,7 @@ async fn on_snapshot_request(cluster: &Cluster, msg: &async_nats::Message) {
     }
 }
 
-fn on_sync_request(cluster: &Cluster, payload: &[u8]) {
+fn on_sync_request(cluster: &Arc<Cluster>, payload: &[u8]) {
     let (from, rooms) = match wire::decode_sync_request(payload, cluster.me.slots, &cluster.rules) {
         Ok(req) => req,
         Err(err) => return bad(cluster, &err),
@@ -616,7 +700,7 @@ fn on_sync_request(cluster: &Cluster, payload: &[u8]) {
     }
     if let Some(side) = cluster.room_side() {
         for room in rooms {
-            side.publish_full(&room, None);
+            full_soon(cluster, side.as_ref(), &room);
         }
     }
 }

@@ -244,6 +244,8 @@ pub struct Cluster {
     out: mpsc::Sender<(Subject, Bytes)>,
     inbound: mpsc::Sender<Inbound>,
     control: Arc<ControlQueue>,
+    /// This node's full states per room, paced.
+    fulls: link::Fulls,
     directory: Mutex<Directory>,
     connected: AtomicBool,
     /// When the NATS connection was lost (None while connected).
@@ -505,6 +507,7 @@ impl Cluster {
             out,
             inbound,
             control: Arc::new(ControlQueue::new(settings.queue)),
+            fulls: Mutex::default(),
             connected: AtomicBool::new(true),
             down_since: Mutex::new(None),
             started: Instant::now(),

@@ -7,10 +7,9 @@ use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
-use std::collections::HashMap;
+use std::sync::Weak;
 
 use super::*;
-use crate::cluster::RoomSide;
 use crate::cluster::wire::Update;
 
 /// Every wait in these tests is bounded by this.
@@ -371,4 +370,97 @@ fn a_failed_subscription_leaves_a_newer_one_of_the_room() {
     subscribe_failed(&c, "r", &newer);
     assert!(!lock(&c.subs).contains_key("r"));
     assert!(newer.is_cancelled());
+}
+
+fn detached_with(open: &[&str]) -> (Arc<Cluster>, UnboundedReceiver<Call>, Arc<dyn RoomSide>) {
+    let (c, _out) = Cluster::detached(
+        Cluster::test_settings("me", 0),
+        Arc::new(Metrics::default()),
+    );
+    let (tx, calls) = unbounded_channel();
+    let rooms: Arc<dyn RoomSide> = Arc::new(FakeRooms {
+        calls: tx,
+        open: open.iter().map(|r| (*r).to_owned()).collect(),
+    });
+    c.attach(Arc::downgrade(&rooms));
+    (c, calls, rooms)
+}
+
+fn fulls_so_far(calls: &mut UnboundedReceiver<Call>) -> usize {
+    std::iter::from_fn(|| calls.try_recv().ok())
+        .filter(|c| matches!(c, Call::Full(_)))
+        .count()
+}
+
+/// Requests for a room's full state within 100 ms of the last one are
+/// served by one more at the end of those 100 ms, not one each.
+#[tokio::test(start_paused = true)]
+async fn full_states_of_a_room_are_coalesced_to_one_per_100_ms() {
+    let (c, mut calls, rooms) = detached_with(&["r"]);
+    for _ in 0..5 {
+        full_soon(&c, rooms.as_ref(), "r");
+    }
+    full_soon(&c, rooms.as_ref(), "other");
+    assert_eq!(fulls_so_far(&mut calls), 2, "r and other at once");
+    tokio::time::sleep(Duration::from_millis(99)).await;
+    assert_eq!(fulls_so_far(&mut calls), 0);
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    assert_eq!(fulls_so_far(&mut calls), 1, "the pending one of r");
+    // 100 ms after that, a request goes out at once again.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    full_soon(&c, rooms.as_ref(), "r");
+    assert_eq!(fulls_so_far(&mut calls), 1);
+}
+
+/// A room side whose full states go into the cluster's outgoing queue.
+struct QueueRooms {
+    cluster: OnceLock<Weak<Cluster>>,
+    open: Vec<String>,
+}
+
+impl RoomSide for QueueRooms {
+    fn publish_full(&self, room: &str, _to: Option<Subject>) -> bool {
+        if let Some(c) = self.cluster.get().and_then(Weak::upgrade) {
+            c.publish(c.room_subject(room), Bytes::from_static(b"full"));
+        }
+        true
+    }
+    fn open_rooms(&self) -> Vec<String> {
+        self.open.clone()
+    }
+    fn local_counts(&self) -> Vec<(String, u32)> {
+        Vec::new()
+    }
+    fn apply(&self, _room: &str, _update: Update) {}
+    fn drop_node(&self, _node: &str, _epoch: u64) {}
+}
+
+/// A reconnect's full states of many rooms are spread so that they never
+/// fill the outgoing queue (which would drop live updates queued beside
+/// them): 1,000 rooms through a queue of 128 drained as NATS would.
+#[tokio::test(start_paused = true)]
+async fn a_reconnects_full_states_never_fill_the_outgoing_queue() {
+    let mut s = Cluster::test_settings("me", 0);
+    s.queue = 128;
+    let (c, mut out) = Cluster::detached(s, Arc::new(Metrics::default()));
+    let rooms = Arc::new(QueueRooms {
+        cluster: OnceLock::new(),
+        open: (0..1_000).map(|i| format!("room{i}")).collect(),
+    });
+    let _ = rooms.cluster.set(Arc::downgrade(&c));
+    let side: Arc<dyn RoomSide> = rooms;
+    c.attach(Arc::downgrade(&side));
+    let drain = tokio::spawn(async move {
+        let mut n = 0;
+        while n < 1_000 {
+            within("a full state", out.recv()).await.expect("queued");
+            n += 1;
+            if n % 16 == 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+    });
+    publish_fulls(Arc::clone(&c)).await;
+    within("the queue drained", drain).await.expect("drained");
+    assert_eq!(c.metrics.cluster_dropped.get(), 0);
 }
