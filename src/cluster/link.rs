@@ -176,7 +176,11 @@ pub async fn start(
 
     metrics.enable_cluster();
     let (out_tx, out_rx) = mpsc::channel(settings.queue);
-    let (in_tx, in_rx) = mpsc::channel(settings.queue);
+    // Room updates are applied by several tasks, each room always by the
+    // same one (its order kept), so one busy core does not hold them all.
+    let shards = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 16));
+    let per_shard = (settings.queue / shards).max(256);
+    let (in_txs, in_rxs): (Vec<_>, Vec<_>) = (0..shards).map(|_| mpsc::channel(per_shard)).unzip();
     let directory = Directory::new(me.clone(), settings.node_timeout);
     let drops = Arc::new(ControlQueue::new(settings.queue));
     let cluster = Arc::new(Cluster {
@@ -189,7 +193,7 @@ pub async fn start(
             link: link.clone(),
         }),
         out: out_tx,
-        inbound: in_tx,
+        inbound: in_txs,
         control: Arc::clone(&drops),
         fulls: Mutex::default(),
         directory: Mutex::new(directory),
@@ -202,7 +206,13 @@ pub async fn start(
         stop,
         settings,
     });
-    tokio::spawn(run_inbound(Arc::downgrade(&cluster), drops, in_rx));
+    for rx in in_rxs {
+        tokio::spawn(run_inbound(
+            Arc::downgrade(&cluster),
+            Arc::clone(&drops),
+            rx,
+        ));
+    }
     let c = &cluster;
     let stop = || c.stop.clone();
     link.spawn(until_stopped(stop(), publisher(Arc::clone(c), out_rx)));
@@ -818,7 +828,7 @@ async fn read_room(
                     // then buffers, and past its capacity NATS drops (gaps,
                     // repaired by full states).
                     let _ = cluster
-                        .inbound
+                        .inbound_for(&room)
                         .send(Inbound::Update(Arc::clone(&room), update))
                         .await;
                 }

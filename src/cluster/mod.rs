@@ -242,7 +242,9 @@ pub struct Cluster {
     /// outgoing queue is read by the test).
     nats: Option<Nats>,
     out: mpsc::Sender<(Subject, Bytes)>,
-    inbound: mpsc::Sender<Inbound>,
+    /// Room updates to the rooms, one channel per [`run_inbound`] task
+    /// ([`Cluster::inbound_for`] picks a room's).
+    inbound: Vec<mpsc::Sender<Inbound>>,
     control: Arc<ControlQueue>,
     /// This node's full states per room, paced.
     fulls: link::Fulls,
@@ -505,7 +507,7 @@ impl Cluster {
             metrics,
             nats: None,
             out,
-            inbound,
+            inbound: vec![inbound],
             control: Arc::new(ControlQueue::new(settings.queue)),
             fulls: Mutex::default(),
             connected: AtomicBool::new(true),
@@ -543,7 +545,29 @@ impl Drop for Cluster {
     }
 }
 
-/// Hands what the link received to the rooms on the server runtime: the
+impl Cluster {
+    /// The channel to the task that applies `room`'s updates: always the
+    /// same one for a room, so its updates keep their order.
+    fn inbound_for(&self, room: &str) -> &mpsc::Sender<Inbound> {
+        &self.inbound[shard_of(room, self.inbound.len())]
+    }
+}
+
+/// The shard, of `shards`, that applies `room`'s updates (FNV-1a).
+fn shard_of(room: &str, shards: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in room.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % shards.max(1) as u64) as usize
+}
+
+/// Hands what the link received to the rooms on the server runtime (one
+/// task per shard of the rooms; the control queue is shared and drained by
+/// whichever task gets to it first; a node's drop covers every room, and
+/// the is-live check below keeps any shard from applying that node's
+/// queued updates after it): the
 /// control queue first, then the room updates in the order NATS delivered
 /// them (writes to sockets run outside tokio's cooperative budget, as every
 /// room write does). An update from a node declared down since it was read

@@ -10,6 +10,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use std::sync::Weak;
 
 use super::*;
+use crate::cluster::shard_of;
 use crate::cluster::wire::Update;
 
 /// Every wait in these tests is bounded by this.
@@ -463,4 +464,83 @@ async fn a_reconnects_full_states_never_fill_the_outgoing_queue() {
     publish_fulls(Arc::clone(&c)).await;
     within("the queue drained", drain).await.expect("drained");
     assert_eq!(c.metrics.cluster_dropped.get(), 0);
+}
+
+/// A room side whose `apply` of room "slow" blocks its task until released.
+struct SlowRooms {
+    applied: UnboundedSender<String>,
+    release: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl RoomSide for SlowRooms {
+    fn publish_full(&self, _room: &str, _to: Option<Subject>) -> bool {
+        false
+    }
+    fn open_rooms(&self) -> Vec<String> {
+        Vec::new()
+    }
+    fn local_counts(&self) -> Vec<(String, u32)> {
+        Vec::new()
+    }
+    fn apply(&self, room: &str, _update: Update) {
+        if room == "slow" {
+            let release = self.release.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = release.recv_timeout(LIMIT);
+        }
+        let _ = self.applied.send(room.to_owned());
+    }
+    fn drop_node(&self, _node: &str, _epoch: u64) {}
+}
+
+/// Rooms are applied by several tasks, each room by one: while a room's
+/// update is slow to apply, a room of another shard is still served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_room_does_not_hold_up_the_rooms_of_another_shard() {
+    let (c, _out) = Cluster::detached(
+        Cluster::test_settings("me", 0),
+        Arc::new(Metrics::default()),
+    );
+    let (tx, mut applied) = unbounded_channel();
+    let (release, released) = std::sync::mpsc::channel();
+    let rooms: Arc<dyn RoomSide> = Arc::new(SlowRooms {
+        applied: tx,
+        release: std::sync::Mutex::new(released),
+    });
+    c.attach(Arc::downgrade(&rooms));
+    let a = origin("a", 7, 1);
+    lock(&c.directory).seen(&a, Instant::now());
+    let shards = 2;
+    let fast = (0..100)
+        .map(|i| format!("fast{i}"))
+        .find(|r| shard_of(r, shards) != shard_of("slow", shards))
+        .expect("a room in the other shard");
+    let mut txs = Vec::new();
+    for _ in 0..shards {
+        let (tx, rx) = mpsc::channel(16);
+        tokio::spawn(run_inbound(Arc::downgrade(&c), Arc::clone(&c.control), rx));
+        txs.push(tx);
+    }
+    let send = |room: &str, seq| {
+        txs[shard_of(room, shards)]
+            .try_send(Inbound::Update(Arc::from(room), delta(&a, seq)))
+            .expect("room in the channel");
+    };
+    send("slow", 1);
+    send(&fast, 1);
+    send("slow", 2);
+    assert_eq!(
+        within("the fast room", applied.recv()).await,
+        Some(fast.clone())
+    );
+    release.send(()).expect("released");
+    release.send(()).expect("released");
+    assert_eq!(
+        within("slow", applied.recv()).await.as_deref(),
+        Some("slow")
+    );
+    assert_eq!(
+        within("slow", applied.recv()).await.as_deref(),
+        Some("slow")
+    );
+    drop(rooms);
 }
