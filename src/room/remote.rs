@@ -129,6 +129,14 @@ impl Remote {
         );
     }
 
+    /// Forgets a cut move of local member `id`, who left or was replaced:
+    /// its move must not reach local members after its `Left`, nor land on
+    /// whoever gets its id next. (Other nodes had the move before the
+    /// `Left`, so they see them in order.)
+    fn uncut(&mut self, id: MemberId) {
+        self.cut.retain(|c| c.member != id);
+    }
+
     /// Takes the local moves cut for this tick, and notes the tick.
     pub(super) fn take_cut(&mut self, records: &mut Vec<MotionRecord>, now_ms: u64) {
         records.append(&mut self.cut);
@@ -163,7 +171,10 @@ pub(super) fn published_join(
     };
     let mut ops = Vec::with_capacity(2);
     match replaced {
-        Some(old) => ops.push(wire::left_op(old, LeaveReason::Replaced)),
+        Some(old) => {
+            r.uncut(old);
+            ops.push(wire::left_op(old, LeaveReason::Replaced));
+        }
         None => r.local += 1,
     }
     ops.push(wire::joined_op(joined));
@@ -181,6 +192,7 @@ pub(super) fn published_leave(
 ) -> Option<u64> {
     let r = st.remote.as_deref_mut()?;
     r.local = r.local.saturating_sub(1);
+    r.uncut(id);
     // At shutdown the goodbye heartbeat removes every member at once.
     if shutting_down {
         return None;

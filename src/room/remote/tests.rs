@@ -579,3 +579,53 @@ async fn a_node_cannot_put_more_than_a_room_holds_into_it() {
     assert_eq!(node.metrics().cluster_remote_members.get(), 4);
     assert_eq!(node.metrics().cluster_bad_messages.get(), 1);
 }
+
+/// The motion records of the frames (batches only).
+fn motion_records(frames: Vec<ServerMessage>) -> Vec<(u32, u32)> {
+    frames
+        .iter()
+        .filter(|f| !f.motion.is_empty())
+        .flat_map(|f| decode_motion(&f.motion).expect("a batch").1)
+        .map(|r| (r.member.0, r.motion.position.x))
+        .collect()
+}
+
+#[tokio::test]
+async fn a_cut_move_does_not_outlive_its_members_leave_or_replacement() {
+    let node = Node::new("n1", 1);
+    let (_viewer, viewer) = node.join("lobby", "Viewer").await;
+    let room = node.rooms.handle("lobby");
+    let moved = Motion::standing(Position { x: 900, y: 0 });
+
+    // Ada (id 17) moves, the move is cut, then she leaves before the tick;
+    // Bo joins and reuses her id.
+    let (ada, _) = node.join("lobby", "Ada").await;
+    assert_eq!(ada.id(), MemberId(17));
+    ada.submit(moved).await;
+    node.rooms.cut(&room, 1_000);
+    ada.leave(LeaveReason::Left).await;
+    let (bo, _) = node.join("lobby", "Bo").await;
+    assert_eq!(bo.id(), MemberId(17));
+    viewer.take();
+    node.rooms.tick(1_000).await;
+    assert!(motion_records(viewer.take()).is_empty());
+    let spawn = room.state().members[&MemberId(17)].motion;
+    assert_ne!(spawn, moved, "Bo stands where he joined");
+
+    // A user's member moves, is cut, and is replaced by the same user's
+    // new connection (same id) before the tick.
+    let user: Option<Arc<str>> = Some(Arc::from("u"));
+    let join_as = |name: &str| {
+        let sink: Arc<dyn Sink> = Arc::new(Frames::default());
+        node.rooms.join_as("lobby", name.into(), user.clone(), sink)
+    };
+    let first = join_as("Cy").await.expect("joins");
+    first.submit(moved).await;
+    node.rooms.cut(&room, 1_100);
+    let second = join_as("Cy again").await.expect("joins");
+    assert_eq!(second.id(), first.id());
+    viewer.take();
+    node.rooms.tick(1_100).await;
+    assert!(motion_records(viewer.take()).is_empty());
+    assert_ne!(room.state().members[&second.id()].motion, moved);
+}
