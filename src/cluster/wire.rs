@@ -66,6 +66,24 @@ impl Origin {
     }
 }
 
+/// Who sent a room update: the node in one of its runs ([`Origin`], which
+/// it derefs to), and which opening of the room there
+/// (`RoomUpdate.incarnation`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct RoomOrigin {
+    pub origin: Origin,
+    /// Grows each time the origin opens the room; 0: not open there.
+    pub incarnation: u64,
+}
+
+impl std::ops::Deref for RoomOrigin {
+    type Target = Origin;
+
+    fn deref(&self) -> &Origin {
+        &self.origin
+    }
+}
+
 /// A member as another node describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteMember {
@@ -93,7 +111,7 @@ pub enum Op {
 /// A checked `RoomUpdate`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Update {
-    pub origin: Origin,
+    pub origin: RoomOrigin,
     pub seq: u64,
     pub full: bool,
     pub tick_ms: u64,
@@ -274,7 +292,10 @@ pub fn decode_update(bytes: &[u8], slots: u32, rules: &Rules) -> Result<Update, 
         check_motion(&r.motion, rules)?;
     }
     Ok(Update {
-        origin: from,
+        origin: RoomOrigin {
+            origin: from,
+            incarnation: msg.incarnation,
+        },
         seq: msg.seq,
         full: msg.full,
         tick_ms: msg.tick_ms,
@@ -296,11 +317,16 @@ pub fn decode_heartbeat(bytes: &[u8], slots: u32) -> Result<Heartbeat, WireError
     })
 }
 
-/// Decodes a `SnapshotRequest`: who asks.
-pub fn decode_snapshot_request(bytes: &[u8], slots: u32) -> Result<Origin, WireError> {
+/// Decodes a `SnapshotRequest`: who asks. The asker is opening the room,
+/// so it has no opening there yet: incarnation 0, older than any, so an
+/// update in its name never replaces a part it holds elsewhere.
+pub fn decode_snapshot_request(bytes: &[u8], slots: u32) -> Result<RoomOrigin, WireError> {
     let msg =
         cpb::SnapshotRequest::decode(bytes).map_err(|err| WireError::Malformed(err.to_string()))?;
-    origin(msg.from, slots)
+    Ok(RoomOrigin {
+        origin: origin(msg.from, slots)?,
+        incarnation: 0,
+    })
 }
 
 /// Decodes a `SyncRequest`: who asks, and for which rooms (names checked).
@@ -370,6 +396,8 @@ pub fn chat_op(chat: pb::ChatMessage) -> cpb::Op {
 /// The parts of a `RoomUpdate` a room fills in.
 #[derive(Debug, Default)]
 pub struct UpdateParts<'a> {
+    /// This node's opening of the room (0: not open here).
+    pub incarnation: u64,
     pub seq: u64,
     pub full: bool,
     pub tick_ms: u64,
@@ -390,6 +418,7 @@ pub fn encode_update(origin: &cpb::Origin, parts: UpdateParts<'_>) -> Bytes {
         ops: parts.ops,
         motion,
         closed: parts.closed,
+        incarnation: parts.incarnation,
     }
     .encode_to_vec()
     .into()

@@ -75,6 +75,9 @@ pub struct Rooms {
     /// The next member's seat: ids are reused, seats never are, so a
     /// replaced member's connection cannot act on whoever got its id.
     seats: AtomicU64,
+    /// Cluster mode: the last opening of a room on this node (each opening
+    /// takes the next, so a reopened room is told from the earlier one).
+    openings: AtomicU64,
     settings: RoomSettings,
     clock: Clock,
     metrics: Arc<Metrics>,
@@ -241,6 +244,7 @@ impl Rooms {
             this: this.clone(),
             cluster: std::sync::OnceLock::new(),
             seats: AtomicU64::new(0),
+            openings: AtomicU64::new(0),
             settings,
             clock,
             metrics,
@@ -321,10 +325,10 @@ impl Rooms {
                     users: HashMap::new(),
                     dirty: Vec::new(),
                     open: true,
-                    remote: self
-                        .cluster
-                        .get()
-                        .map(|c| Box::new(remote::Remote::new(c.room_subject(room)))),
+                    remote: self.cluster.get().map(|c| {
+                        let opening = self.openings.fetch_add(1, Ordering::Relaxed) + 1;
+                        Box::new(remote::Remote::new(c.room_subject(room), opening))
+                    }),
                 }),
                 out: Mutex::new(Out { sinks: Vec::new() }),
             })

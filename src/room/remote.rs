@@ -41,7 +41,9 @@ const ASK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 pub(super) struct Remote {
     /// `P.r.<room>`.
     subject: Subject,
-    /// This node's last sequence number in this room.
+    /// This opening of the room on this node (`RoomUpdate.incarnation`).
+    incarnation: u64,
+    /// This node's last sequence number in this room (in this opening).
     seq: u64,
     /// Members connected to this node.
     local: usize,
@@ -62,6 +64,8 @@ pub(super) struct Remote {
 /// One other node's part of a room.
 struct Part {
     epoch: u64,
+    /// The node's opening of the room this part follows.
+    incarnation: u64,
     /// The last sequence number applied.
     seq: u64,
     /// False until a full state arrived (and again after a gap).
@@ -73,9 +77,10 @@ struct Part {
 }
 
 impl Part {
-    fn new(epoch: u64) -> Self {
+    fn new(epoch: u64, incarnation: u64) -> Self {
         Self {
             epoch,
+            incarnation,
             seq: 0,
             synced: false,
             ids: BTreeSet::new(),
@@ -96,9 +101,10 @@ impl Part {
 }
 
 impl Remote {
-    pub(super) fn new(subject: Subject) -> Self {
+    pub(super) fn new(subject: Subject, incarnation: u64) -> Self {
         Self {
             subject,
+            incarnation,
             seq: 0,
             local: 0,
             opened: false,
@@ -113,6 +119,7 @@ impl Remote {
     fn publish(&mut self, cluster: &Cluster, mut parts: UpdateParts<'_>) {
         self.seq += 1;
         parts.seq = self.seq;
+        parts.incarnation = self.incarnation;
         cluster.publish(
             self.subject.clone(),
             wire::encode_update(cluster.origin_pb(), parts),
@@ -571,6 +578,25 @@ impl Rooms {
                 apply.metrics,
             );
         }
+        // Another opening of the room on that node: an earlier one is stale;
+        // a later one replaces the part (the earlier opening's members are
+        // gone, and the `closed` that said so may have been lost).
+        match r.parts.get(&node).map(|p| p.incarnation) {
+            Some(held) if u.origin.incarnation < held => return None,
+            Some(held) if u.origin.incarnation > held => {
+                if let Some(old) = r.parts.remove(&node) {
+                    remove_ids(
+                        members,
+                        &node,
+                        &old.ids,
+                        LeaveReason::Left,
+                        apply.frames,
+                        apply.metrics,
+                    );
+                }
+            }
+            _ => {}
+        }
         if u.closed {
             if let Some(old) = r.parts.remove(&node) {
                 remove_ids(
@@ -592,7 +618,11 @@ impl Rooms {
         let part = r
             .parts
             .entry(Arc::clone(&node))
-            .or_insert_with(|| Part::new(u.origin.epoch));
+            .or_insert_with(|| Part::new(u.origin.epoch, u.origin.incarnation));
+        if u.full && u.seq < part.seq {
+            // Older than what is applied (a delayed answer): it would rewind.
+            return (!part.synced && part.ask_due(opened)).then_some(node);
+        }
         if u.full {
             tracing::debug!(target: "amble::cluster", %node, seq = u.seq, opened, "cluster: full state");
             if opened {
@@ -624,6 +654,18 @@ impl Rooms {
                 return Some(node);
             }
             return None;
+        }
+        if !part.synced
+            && part.seq == 0
+            && u.seq == 1
+            && u.origin.incarnation > 0
+            && part.ids.is_empty()
+            && part.buffered.is_empty()
+        {
+            // The first update of an opening: before it the node had nobody
+            // here, so the part is known (empty) without a full state.
+            part.synced = true;
+            part.asked = None;
         }
         if !part.synced || u.seq > part.seq + 1 {
             // Unknown part, or a gap: wait for a full state.
@@ -845,6 +887,7 @@ impl RoomSide for Rooms {
         let bytes = wire::encode_update(
             cluster.origin_pb(),
             UpdateParts {
+                incarnation: r.incarnation,
                 seq: r.seq,
                 full: true,
                 tick_ms: self.clock.now_ms(),

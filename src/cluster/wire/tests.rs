@@ -42,6 +42,7 @@ fn an_update_round_trips() {
     let bytes = encode_update(
         &me("n1", 1),
         UpdateParts {
+            incarnation: 3,
             seq: 9,
             tick_ms: 1_000,
             ops: vec![
@@ -59,6 +60,7 @@ fn an_update_round_trips() {
     );
     let u = decode_update(&bytes, 16, &rules()).expect("valid");
     assert_eq!(u.origin.node.as_ref(), "n1");
+    assert_eq!(u.origin.incarnation, 3);
     assert_eq!(
         (u.seq, u.full, u.tick_ms, u.closed),
         (9, false, 1_000, false)
@@ -190,13 +192,9 @@ fn control_messages_round_trip_and_check_room_names() {
         (hb.server_time_ms, hb.rooms, hb.members, hb.bye),
         (9, 3, 4, true)
     );
-    assert_eq!(
-        decode_snapshot_request(&encode_snapshot_request(&o), 16)
-            .expect("valid")
-            .node
-            .as_ref(),
-        "n2"
-    );
+    let asker = decode_snapshot_request(&encode_snapshot_request(&o), 16).expect("valid");
+    // Opening the room: no opening of it yet, older than any.
+    assert_eq!((asker.node.as_ref(), asker.incarnation), ("n2", 0));
     let sync = encode_sync_request(&o, vec!["lobby".into(), "a.b".into()]);
     assert_eq!(
         decode_sync_request(&sync, 16, &rules()).expect("valid").1,
@@ -234,7 +232,8 @@ proptest::proptest! {
 #[test]
 fn a_one_move_update_is_small() {
     // The figures docs/cluster.md quotes: a node named like `amble-1` with
-    // a random epoch (a 10-byte varint), a tick time in 2026.
+    // a random epoch (a 10-byte varint), a tick time in 2026, the node's
+    // twelfth opening of a room.
     let origin = cpb::Origin {
         node: "amble-1".into(),
         epoch: u64::MAX / 3,
@@ -248,6 +247,7 @@ fn a_one_move_update_is_small() {
     let one = encode_update(
         &origin,
         UpdateParts {
+            incarnation: 12,
             seq: 1_000,
             tick_ms: 1_764_600_000_300,
             motion: &stand,
@@ -268,11 +268,12 @@ fn a_one_move_update_is_small() {
     let three = encode_update(
         &origin,
         UpdateParts {
+            incarnation: 12,
             seq: 1_000,
             tick_ms: 1_764_600_000_300,
             motion: &walk,
             ..Default::default()
         },
     );
-    assert_eq!((one.len(), three.len()), (42, 70));
+    assert_eq!((one.len(), three.len()), (44, 72));
 }

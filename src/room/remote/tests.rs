@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::clock::Clock;
-use crate::cluster::wire::{Origin, RemoteMember, cpb};
+use crate::cluster::wire::{Origin, RemoteMember, RoomOrigin, cpb};
 use crate::fanout::Sink;
 use crate::protocol::pb::ServerMessage;
 use crate::protocol::{Motion, Position, decode_motion};
@@ -128,9 +128,13 @@ fn member(id: u32, name: &str, x: u32) -> RemoteMember {
     }
 }
 
+/// An update of `from`'s first opening of the room.
 fn update(from: &Origin, seq: u64, ops: Vec<Op>) -> Update {
     Update {
-        origin: from.clone(),
+        origin: RoomOrigin {
+            origin: from.clone(),
+            incarnation: 1,
+        },
         seq,
         full: false,
         tick_ms: 0,
@@ -160,6 +164,12 @@ fn moves(from: &Origin, seq: u64, tick_ms: u64, records: &[(u32, u32)]) -> Updat
             .collect(),
         ..update(from, seq, Vec::new())
     }
+}
+
+/// `u` from `from`'s opening `incarnation` of the room.
+fn opening(incarnation: u64, mut u: Update) -> Update {
+    u.origin.incarnation = incarnation;
+    u
 }
 
 fn bodies(frames: Vec<ServerMessage>) -> Vec<Body> {
@@ -399,10 +409,12 @@ async fn a_new_epoch_or_a_lost_node_removes_its_members_with_server_lost() {
         })
         .collect();
     assert_eq!(lost, [2, 18]);
-    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
-    // Its new part fills in from a full state; then the node is lost.
-    node.apply("lobby", full(&new, 1, vec![member(2, "Cy2", 40)]));
-    assert!(matches!(&bodies(ada.take())[..], [Body::Joined(_)]));
+    assert_eq!(node.metrics().cluster_remote_members.get(), 1, "Cy2");
+    // Its first update of a new opening is applied as it is (the part
+    // was empty before it); then the node is lost.
+    assert!(got.iter().any(
+        |b| matches!(b, Body::Joined(j) if j.member.as_ref().is_some_and(|m| m.name == "Cy2"))
+    ));
     RoomSide::drop_node(&*node.rooms, "n2", 7);
     assert!(
         bodies(ada.take()).is_empty(),
@@ -628,4 +640,128 @@ async fn a_cut_move_does_not_outlive_its_members_leave_or_replacement() {
     node.rooms.tick(1_100).await;
     assert!(motion_records(viewer.take()).is_empty());
     assert_ne!(room.state().members[&second.id()].motion, moved);
+}
+
+#[tokio::test]
+async fn a_reopened_room_replaces_the_part_without_a_round_trip() {
+    let mut node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 2, vec![member(2, "Cy", 40)]));
+    node.subjects();
+    ada.take();
+    // n2 closed the room (its `closed` was lost) and opened it again: the
+    // new opening's first update replaces the part, with no full state.
+    node.apply(
+        "lobby",
+        opening(2, update(&n2, 1, vec![Op::Joined(member(18, "Dee", 1))])),
+    );
+    let got = bodies(ada.take());
+    assert!(
+        matches!(&got[..], [Body::Left(l), Body::Joined(j)]
+        if l.member_id == 2 && j.member.as_ref().is_some_and(|m| m.id == 18)),
+        "{got:?}"
+    );
+    assert!(node.subjects().is_empty(), "no SyncRequest");
+    node.apply(
+        "lobby",
+        opening(2, update(&n2, 2, vec![Op::Joined(member(34, "Eve", 1))])),
+    );
+    assert!(matches!(&bodies(ada.take())[..], [Body::Joined(_)]));
+    // The earlier opening's messages are stale now, fulls and closed too.
+    node.apply(
+        "lobby",
+        update(&n2, 3, vec![Op::Joined(member(50, "Old", 1))]),
+    );
+    node.apply("lobby", full(&n2, 3, vec![member(2, "Cy", 40)]));
+    node.apply(
+        "lobby",
+        Update {
+            closed: true,
+            ..update(&n2, 4, vec![])
+        },
+    );
+    assert!(bodies(ada.take()).is_empty());
+    assert!(node.subjects().is_empty());
+    assert_eq!(node.metrics().cluster_remote_members.get(), 2);
+}
+
+#[tokio::test]
+async fn a_new_opening_whose_first_update_was_lost_asks_for_a_full_state() {
+    let mut node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 2, vec![member(2, "Cy", 40)]));
+    node.subjects();
+    ada.take();
+    // Seq 1 of the new opening is lost: seq 2 cannot be applied on an
+    // empty part, so the node is asked.
+    node.apply(
+        "lobby",
+        opening(2, update(&n2, 2, vec![Op::Joined(member(34, "Eve", 1))])),
+    );
+    assert!(matches!(&bodies(ada.take())[..], [Body::Left(l)] if l.member_id == 2));
+    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    node.apply(
+        "lobby",
+        opening(
+            2,
+            full(&n2, 2, vec![member(18, "Dee", 1), member(34, "Eve", 1)]),
+        ),
+    );
+    assert_eq!(bodies(ada.take()).len(), 2, "Dee and Eve join");
+}
+
+#[tokio::test]
+async fn an_older_full_state_does_not_rewind_the_part() {
+    let mut node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            2,
+            vec![Op::Left {
+                id: MemberId(2),
+                reason: LeaveReason::Left,
+            }],
+        ),
+    );
+    node.subjects();
+    ada.take();
+    // A full state as of seq 1 arrives late (an answer overtaken by the
+    // room's own traffic): Cy must not come back.
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    assert!(bodies(ada.take()).is_empty());
+    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
+    // The next delta still follows on.
+    node.apply(
+        "lobby",
+        update(&n2, 3, vec![Op::Joined(member(18, "Dee", 1))]),
+    );
+    assert!(matches!(&bodies(ada.take())[..], [Body::Joined(_)]));
+    assert!(node.subjects().is_empty());
+}
+
+#[tokio::test]
+async fn a_nodes_openings_of_rooms_are_numbered_and_published() {
+    let mut node = Node::new("n1", 1);
+    let (ada, _) = node.join("lobby", "Ada").await;
+    ada.leave(LeaveReason::Left).await;
+    // The test settings linger 0 ms: closed at once; then opened again.
+    let (_bo, _) = node.join("lobby", "Bo").await;
+    let published = node.published();
+    let seen: Vec<(u64, u64, bool)> = published
+        .iter()
+        .map(|(_, u)| (u.incarnation, u.seq, u.closed))
+        .collect();
+    assert_eq!(
+        seen,
+        [(1, 1, false), (1, 2, false), (1, 3, true), (2, 1, false)]
+    );
+    assert!(RoomSide::publish_full(&*node.rooms, "lobby", None));
+    let published = node.published();
+    assert_eq!((published[0].1.incarnation, published[0].1.seq), (2, 1));
 }
