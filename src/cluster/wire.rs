@@ -120,6 +120,14 @@ pub struct Update {
     pub closed: bool,
 }
 
+impl Update {
+    /// A beacon: no change, only the origin's current seq repeated (see
+    /// `RoomUpdate` in the proto), so a receiver behind it missed one.
+    pub fn is_beacon(&self) -> bool {
+        !self.full && !self.closed && self.ops.is_empty() && self.motion.is_empty()
+    }
+}
+
 /// A checked `Heartbeat`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Heartbeat {

@@ -34,8 +34,12 @@ use crate::protocol::{
 
 /// Updates kept per node while waiting for its full state.
 const MAX_BUFFERED: usize = 64;
-/// A node is asked for a full state of a room at most this often.
+/// A node is asked for a full state of a room at most this often; parts
+/// still waiting for one are swept (asked again) this often too.
 const ASK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// Sweeps (one a second) without an update from this node in a room with
+/// local members before it publishes a beacon there.
+const BEACON_AFTER_SWEEPS: u32 = 5;
 
 /// A room's cluster state on this node.
 pub(super) struct Remote {
@@ -59,6 +63,10 @@ pub(super) struct Remote {
     /// Bumped each time the last local member leaves: a linger that finds
     /// it changed does nothing.
     linger: u64,
+    /// Whether this node published here since the last sweep.
+    published: bool,
+    /// Sweeps since this node last published here.
+    quiet_sweeps: u32,
 }
 
 /// One other node's part of a room.
@@ -112,6 +120,8 @@ impl Remote {
             cut: Vec::new(),
             last_flush_ms: 0,
             linger: 0,
+            published: false,
+            quiet_sweeps: 0,
         }
     }
 
@@ -120,6 +130,7 @@ impl Remote {
         self.seq += 1;
         parts.seq = self.seq;
         parts.incarnation = self.incarnation;
+        self.published = true;
         cluster.publish(
             self.subject.clone(),
             wire::encode_update(cluster.origin_pb(), parts),
@@ -655,7 +666,9 @@ impl Rooms {
             }
             return None;
         }
+        let beacon = u.is_beacon();
         if !part.synced
+            && !beacon
             && part.seq == 0
             && u.seq == 1
             && u.origin.incarnation > 0
@@ -678,7 +691,9 @@ impl Rooms {
                 "cluster: waiting for a full state of a node's part"
             );
             part.synced = false;
-            if part.buffered.len() < MAX_BUFFERED {
+            if beacon {
+                // Nothing to hold: it only said what was missed.
+            } else if part.buffered.len() < MAX_BUFFERED {
                 part.buffered.push(u);
             } else {
                 part.buffered.clear();
@@ -687,6 +702,11 @@ impl Rooms {
         }
         if u.seq <= part.seq {
             return None;
+        }
+        if beacon {
+            // The node's last update (seq part.seq + 1) was lost.
+            part.synced = false;
+            return part.ask_due(opened).then_some(node);
         }
         part.seq = u.seq;
         apply.delta(members, dirty, &mut part.ids, u);
@@ -749,8 +769,57 @@ impl Rooms {
         r.cut = records;
     }
 
+    /// Once a second per room: asks again the nodes whose full state is
+    /// still missing (a lost request or answer), and publishes a beacon when
+    /// this node has members here and published nothing for a while.
+    pub(super) fn sweep(&self, room: &Room) {
+        let Some(cluster) = self.cluster() else {
+            return;
+        };
+        let mut ask = Vec::new();
+        {
+            let mut st = room.state();
+            if !st.open {
+                return;
+            }
+            let Some(r) = st.remote.as_deref_mut().filter(|r| r.opened) else {
+                return;
+            };
+            for (node, part) in &mut r.parts {
+                if !part.synced && part.ask_due(true) {
+                    ask.push(Arc::clone(node));
+                }
+            }
+            if std::mem::take(&mut r.published) || r.local == 0 {
+                r.quiet_sweeps = 0;
+            } else {
+                r.quiet_sweeps += 1;
+            }
+            if r.quiet_sweeps >= BEACON_AFTER_SWEEPS {
+                // The current seq again, not a new one: a node that missed
+                // this node's last update in a quiet room sees the gap.
+                r.quiet_sweeps = 0;
+                cluster.publish(
+                    r.subject.clone(),
+                    wire::encode_update(
+                        cluster.origin_pb(),
+                        UpdateParts {
+                            incarnation: r.incarnation,
+                            seq: r.seq,
+                            ..Default::default()
+                        },
+                    ),
+                );
+            }
+        }
+        for node in ask {
+            cluster.request_sync(&node, vec![room.name().to_owned()]);
+        }
+    }
+
     /// Cuts every room's local moves `--cluster-lead-ms` before each tick,
-    /// until `shutdown`, so other nodes get them in time for the same tick.
+    /// until `shutdown`, so other nodes get them in time for the same tick;
+    /// and sweeps every room once a second ([`sweep`](Self::sweep)).
     pub async fn run_cutter(self: Arc<Self>, shutdown: CancellationToken) {
         let Some(cluster) = self.cluster().cloned() else {
             return;
@@ -758,17 +827,29 @@ impl Rooms {
         let Ok(tick_ms) = u64::try_from(self.settings.tick.as_millis()) else {
             return;
         };
-        if tick_ms == 0 {
-            return;
-        }
-        let lead_ms = u64::try_from(cluster.settings.lead.as_millis())
-            .unwrap_or(0)
-            .min(tick_ms - 1);
         let workers = match self.settings.tick_workers {
             0 => tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers()),
             n => n,
         }
         .max(1);
+        if tick_ms == 0 {
+            // Moves go out at once: only the sweeps.
+            let mut interval = tokio::time::interval(ASK_EVERY);
+            interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+            loop {
+                tokio::select! {
+                    () = shutdown.cancelled() => return,
+                    _ = interval.tick() => {
+                        self.each_room_sharded(workers, |rooms, room| rooms.sweep(room)).await;
+                    }
+                }
+            }
+        }
+        let sweep_every = (1_000 / tick_ms).max(1);
+        let mut cuts: u64 = 0;
+        let lead_ms = u64::try_from(cluster.settings.lead.as_millis())
+            .unwrap_or(0)
+            .min(tick_ms - 1);
         let now_ms = self.clock.now_ms();
         let next_tick = now_ms - now_ms % tick_ms + tick_ms;
         let first = self.clock.instant_at(next_tick - lead_ms);
@@ -780,7 +861,15 @@ impl Rooms {
                 at = interval.tick() => {
                     let ms = self.clock.ms_at(at) + lead_ms;
                     let tick = (ms + tick_ms / 2) / tick_ms * tick_ms;
-                    self.each_room_sharded(workers, move |rooms, room| rooms.cut(room, tick)).await;
+                    cuts += 1;
+                    let sweep = cuts.is_multiple_of(sweep_every);
+                    self.each_room_sharded(workers, move |rooms, room| {
+                        rooms.cut(room, tick);
+                        if sweep {
+                            rooms.sweep(room);
+                        }
+                    })
+                    .await;
                 }
             }
         }

@@ -351,7 +351,7 @@ async fn a_gap_asks_the_origin_for_a_full_state_and_the_full_state_repairs() {
     assert!(bodies(ada.take()).is_empty());
     assert_eq!(node.subjects(), ["amble.n.n2"]);
     // Asked once a second at most.
-    node.apply("lobby", update(&n2, 4, vec![]));
+    node.apply("lobby", moves(&n2, 4, 0, &[(18, 5)]));
     assert!(node.subjects().is_empty());
     // The full state (as of seq 3): Dee only. Cy leaves, Dee joins.
     node.apply("lobby", full(&n2, 3, vec![member(18, "Dee", 1)]));
@@ -764,4 +764,89 @@ async fn a_nodes_openings_of_rooms_are_numbered_and_published() {
     assert!(RoomSide::publish_full(&*node.rooms, "lobby", None));
     let published = node.published();
     assert_eq!((published[0].1.incarnation, published[0].1.seq), (2, 1));
+}
+
+/// A beacon of `from`: its current `seq`, nothing else.
+fn beacon(from: &Origin, seq: u64) -> Update {
+    update(from, seq, Vec::new())
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_part_still_waiting_for_its_full_state_is_asked_again_by_the_sweep() {
+    let mut node = Node::new("n1", 1);
+    let (_ada, _) = node.join("lobby", "Ada").await;
+    let room = node.rooms.handle("lobby");
+    node.subjects();
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    node.apply(
+        "lobby",
+        update(&n2, 3, vec![Op::Joined(member(18, "Dee", 1))]),
+    );
+    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    // The request or its answer is lost, and n2 says nothing more.
+    node.rooms.sweep(&room);
+    assert!(node.subjects().is_empty(), "asked less than a second ago");
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    node.rooms.sweep(&room);
+    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    // Once the full state is in, the sweep asks nobody.
+    node.apply("lobby", full(&n2, 3, vec![]));
+    tokio::time::advance(Duration::from_millis(1_001)).await;
+    node.rooms.sweep(&room);
+    assert!(node.subjects().is_empty());
+}
+
+#[tokio::test]
+async fn a_quiet_room_with_local_members_publishes_a_beacon_of_its_seq() {
+    let mut node = Node::new("n1", 1);
+    let (ada, _) = node.join("lobby", "Ada").await;
+    let room = node.rooms.handle("lobby");
+    ada.chat("hi".into()).await;
+    assert_eq!(node.published().len(), 2);
+    // The sweep after the chat sees it published; then five quiet sweeps.
+    node.rooms.sweep(&room);
+    for _ in 0..4 {
+        node.rooms.sweep(&room);
+    }
+    assert!(node.published().is_empty());
+    node.rooms.sweep(&room);
+    let published = node.published();
+    let [(subject, u)] = &published[..] else {
+        panic!("{published:?}")
+    };
+    assert_eq!(subject, "amble.r.lobby");
+    assert_eq!(
+        (u.incarnation, u.seq),
+        (1, 2),
+        "the current seq, not a new one"
+    );
+    assert!(u.ops.is_empty() && u.motion.is_empty() && !u.full && !u.closed);
+    // Not a new seq: the next update is seq 3.
+    ada.chat("again".into()).await;
+    assert_eq!(node.published()[0].1.seq, 3);
+}
+
+#[tokio::test]
+async fn a_beacon_ahead_of_the_part_reveals_a_lost_last_update() {
+    let mut node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    node.subjects();
+    ada.take();
+    // A beacon at the applied seq: nothing missed.
+    node.apply("lobby", beacon(&n2, 1));
+    assert!(node.subjects().is_empty());
+    // Cy's Left (seq 2) was lost; the room is quiet; n2's beacon says 2.
+    node.apply("lobby", beacon(&n2, 2));
+    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    assert!(bodies(ada.take()).is_empty(), "a beacon changes nothing");
+    node.apply("lobby", full(&n2, 2, vec![]));
+    assert!(matches!(&bodies(ada.take())[..], [Body::Left(l)] if l.member_id == 2));
+    // A beacon from a node with no part here (it missed the snapshot
+    // deadline) makes this node ask for its part, even at seq 1.
+    let n3 = origin("n3", 9, 3);
+    node.apply("lobby", beacon(&n3, 1));
+    assert_eq!(node.subjects(), ["amble.n.n3"]);
 }
