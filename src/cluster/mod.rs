@@ -522,6 +522,13 @@ impl Cluster {
         (cluster, rx)
     }
 
+    /// Records a message from `from`, as the link does before it hands an
+    /// update to the rooms.
+    #[cfg(test)]
+    pub(crate) fn hear(&self, from: &Origin) {
+        lock(&self.directory).seen(from, Instant::now());
+    }
+
     /// Test settings: node `name` in `slot` of 16.
     #[cfg(test)]
     pub(crate) fn test_settings(name: &str, slot: u32) -> ClusterSettings {

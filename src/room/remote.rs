@@ -32,8 +32,11 @@ use crate::protocol::{
     LeaveReason, MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb,
 };
 
-/// Updates kept per node while waiting for its full state.
+/// Updates held per node and room while waiting for its full state...
 const MAX_BUFFERED: usize = 64;
+/// ...and their size at most (see [`held_size`]); past either, the oldest
+/// go (the full state, asked after them, covers them most likely).
+const MAX_BUFFERED_BYTES: usize = 256 * 1024;
 /// A node is asked for a full state of a room at most this often; parts
 /// still waiting for one are swept (asked again) this often too.
 const ASK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
@@ -81,6 +84,8 @@ struct Part {
     ids: BTreeSet<MemberId>,
     /// Updates that came while waiting for a full state.
     buffered: Vec<Update>,
+    /// Their size, by [`held_size`].
+    buffered_bytes: usize,
     asked: Option<Instant>,
 }
 
@@ -93,7 +98,19 @@ impl Part {
             synced: false,
             ids: BTreeSet::new(),
             buffered: Vec::new(),
+            buffered_bytes: 0,
             asked: None,
+        }
+    }
+
+    /// Holds `u` until the full state, dropping the oldest held past the
+    /// bounds.
+    fn hold(&mut self, u: Update) {
+        self.buffered_bytes += held_size(&u);
+        self.buffered.push(u);
+        while self.buffered.len() > MAX_BUFFERED || self.buffered_bytes > MAX_BUFFERED_BYTES {
+            let old = self.buffered.remove(0);
+            self.buffered_bytes = self.buffered_bytes.saturating_sub(held_size(&old));
         }
     }
 
@@ -160,6 +177,23 @@ impl Remote {
         records.append(&mut self.cut);
         self.last_flush_ms = now_ms;
     }
+}
+
+/// About how much memory a held update takes.
+fn held_size(u: &Update) -> usize {
+    let ops: usize = u
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::Joined(m) => m.name.len(),
+            Op::Chat { text, .. } => text.len(),
+            Op::Left { .. } => 0,
+        })
+        .sum();
+    std::mem::size_of::<Update>()
+        + ops
+        + u.ops.len() * std::mem::size_of::<Op>()
+        + u.motion.len() * std::mem::size_of::<MotionRecord>()
 }
 
 /// The lowest id `index * slots + slot` not in `members`.
@@ -622,7 +656,14 @@ impl Rooms {
             return None;
         }
         let opened = r.opened;
-        if !r.parts.contains_key(&node) && r.parts.len() >= crate::cluster::directory::MAX_PEERS {
+        // A part only for a live peer (a message that raced the node's
+        // expiry, or a name flood, makes none).
+        if !r.parts.contains_key(&node)
+            && (r.parts.len() >= crate::cluster::directory::MAX_PEERS
+                || !self
+                    .cluster()
+                    .is_some_and(|c| c.is_live(&node, u.origin.epoch)))
+        {
             apply.metrics.cluster_bad_messages.inc();
             return None;
         }
@@ -645,6 +686,7 @@ impl Rooms {
             apply.full(members, dirty, &mut part.ids, u);
             // What came meanwhile, in order: after the full state, until a gap.
             let mut buffered = std::mem::take(&mut part.buffered);
+            part.buffered_bytes = 0;
             buffered.sort_by_key(|b| b.seq);
             let mut rest = buffered.into_iter();
             for b in rest.by_ref() {
@@ -656,11 +698,13 @@ impl Rooms {
                     apply.delta(members, dirty, &mut part.ids, b);
                 } else {
                     part.synced = false;
-                    part.buffered.push(b);
+                    part.hold(b);
                     break;
                 }
             }
-            part.buffered.extend(rest);
+            for b in rest {
+                part.hold(b);
+            }
             if !part.synced && part.ask_due(opened) {
                 return Some(node);
             }
@@ -693,10 +737,8 @@ impl Rooms {
             part.synced = false;
             if beacon {
                 // Nothing to hold: it only said what was missed.
-            } else if part.buffered.len() < MAX_BUFFERED {
-                part.buffered.push(u);
             } else {
-                part.buffered.clear();
+                part.hold(u);
             }
             return part.ask_due(opened).then_some(node);
         }

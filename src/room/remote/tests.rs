@@ -101,7 +101,11 @@ impl Node {
         all
     }
 
+    /// Applies `u` as the link would: its origin heard first.
     fn apply(&self, room: &str, u: Update) {
+        if let Some(cluster) = self.rooms.cluster() {
+            cluster.hear(&u.origin);
+        }
         RoomSide::apply(&*self.rooms, room, u);
     }
 
@@ -849,4 +853,91 @@ async fn a_beacon_ahead_of_the_part_reveals_a_lost_last_update() {
     let n3 = origin("n3", 9, 3);
     node.apply("lobby", beacon(&n3, 1));
     assert_eq!(node.subjects(), ["amble.n.n3"]);
+}
+
+#[tokio::test]
+async fn parts_are_made_only_for_live_peers() {
+    let node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    // Not heard (declared down meanwhile, or forgotten): no part.
+    RoomSide::apply(
+        &*node.rooms,
+        "lobby",
+        full(&n2, 1, vec![member(2, "Cy", 40)]),
+    );
+    ada.take();
+    assert_eq!(node.metrics().cluster_remote_members.get(), 0);
+    assert_eq!(node.metrics().cluster_bad_messages.get(), 1);
+    assert!(
+        node.rooms
+            .handle("lobby")
+            .state()
+            .remote
+            .as_ref()
+            .is_some_and(|r| r.parts.is_empty())
+    );
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    assert_eq!(node.metrics().cluster_remote_members.get(), 1);
+}
+
+#[tokio::test]
+async fn held_updates_are_bounded_by_count_and_bytes_keeping_the_newest() {
+    let node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 1, vec![]));
+    ada.take();
+    // A gap: seq 3.. are held while the full state is on its way.
+    let chat = |seq: u64, text: String| {
+        update(
+            &n2,
+            seq,
+            vec![Op::Chat {
+                id: MemberId(2),
+                text,
+                server_time_ms: seq,
+            }],
+        )
+    };
+    for seq in 3..3 + 100 {
+        node.apply("lobby", chat(seq, "x".into()));
+    }
+    let held = |node: &Node| {
+        let room = node.rooms.handle("lobby");
+        let st = room.state();
+        let part = &st.remote.as_ref().expect("remote").parts["n2"];
+        (
+            part.buffered.len(),
+            part.buffered.first().map(|u| u.seq),
+            part.buffered_bytes,
+        )
+    };
+    let (count, oldest, _) = held(&node);
+    assert_eq!(
+        (count, oldest),
+        (MAX_BUFFERED, Some(103 - MAX_BUFFERED as u64))
+    );
+    // The full state as of seq 60 is followed by the held 61..=102.
+    node.apply("lobby", full(&n2, 60, vec![member(2, "Cy", 40)]));
+    let st_seq = node
+        .rooms
+        .handle("lobby")
+        .state()
+        .remote
+        .as_ref()
+        .expect("remote")
+        .parts["n2"]
+        .seq;
+    assert_eq!(st_seq, 102);
+    assert_eq!(bodies(ada.take()).len(), 1 + 42, "Cy joins, then 42 chats");
+    // Big updates: the byte bound holds them to fewer.
+    node.apply("lobby", chat(104, "y".repeat(200)));
+    for seq in 105..105 + 40 {
+        node.apply("lobby", chat(seq, "z".repeat(20_000)));
+    }
+    let (count, oldest, bytes) = held(&node);
+    assert!(bytes <= MAX_BUFFERED_BYTES, "{bytes}");
+    assert!(count < 40, "{count}");
+    assert_eq!(oldest, Some(145 - count as u64), "the newest are kept");
 }
