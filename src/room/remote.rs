@@ -507,6 +507,12 @@ impl Rooms {
                 return Err(super::JoinError::ShuttingDown);
             }
             let handle = self.handle(room);
+            // Until the member is in: a join given up (its future dropped
+            // during the opening) or refused leaves the room to linger.
+            let mut abandoned = Abandoned {
+                rooms: self,
+                room: Some(Arc::clone(&handle)),
+            };
             handle
                 .opened
                 .get_or_init(|| async {
@@ -526,20 +532,22 @@ impl Rooms {
             })
             .await;
             match joined {
-                Some(Err(refused)) => {
-                    self.refused_join(&handle);
-                    return Err(refused);
+                Some(Err(refused)) => return Err(refused),
+                Some(result) => {
+                    abandoned.room = None;
+                    return result;
                 }
-                Some(result) => return result,
-                None => {}
+                // Closed meanwhile: nothing to linger for.
+                None => abandoned.room = None,
             }
         }
     }
 
-    /// A join refused (the room is full of other nodes' members): if this
-    /// node has nobody there, the room lingers and closes like after a
-    /// leave, rather than staying subscribed for ever.
-    fn refused_join(&self, room: &Arc<Room>) {
+    /// A join that did not happen (refused as the room is full of other
+    /// nodes' members, or given up during the opening): if this node has
+    /// nobody there, the room lingers and closes like after a leave, rather
+    /// than staying subscribed for ever.
+    fn abandoned_join(&self, room: &Arc<Room>) {
         let generation = {
             let mut st = room.state();
             let Some(r) = st.remote.as_deref_mut() else {
@@ -981,6 +989,21 @@ impl Rooms {
     /// The open rooms' handles (map guards dropped before any room lock).
     fn open_handles(&self) -> Vec<Arc<Room>> {
         self.map.iter().map(|r| Arc::clone(r.value())).collect()
+    }
+}
+
+/// A clustered join in progress; dropped with `room` set, the join did not
+/// happen (see [`Rooms::abandoned_join`]).
+struct Abandoned<'a> {
+    rooms: &'a Rooms,
+    room: Option<Arc<Room>>,
+}
+
+impl Drop for Abandoned<'_> {
+    fn drop(&mut self) {
+        if let Some(room) = self.room.take() {
+            self.rooms.abandoned_join(&room);
+        }
     }
 }
 

@@ -941,3 +941,34 @@ async fn held_updates_are_bounded_by_count_and_bytes_keeping_the_newest() {
     assert!(count < 40, "{count}");
     assert_eq!(oldest, Some(145 - count as u64), "the newest are kept");
 }
+
+#[tokio::test]
+async fn a_join_given_up_during_the_opening_leaves_the_room_to_close() {
+    let mut node = Node::new("n1", 1);
+    // An opening in progress that never ends (NATS slow)...
+    let room = node.rooms.handle("lobby");
+    let opening = {
+        let room = Arc::clone(&room);
+        tokio::spawn(async move {
+            room.opened.get_or_init(std::future::pending).await;
+        })
+    };
+    // ...and a join waiting for it, whose connection goes away.
+    let join = {
+        let rooms = Arc::clone(&node.rooms);
+        tokio::spawn(async move {
+            let sink: Arc<dyn Sink> = Arc::new(Frames::default());
+            let _ = rooms.join("lobby", "Ada".into(), sink).await;
+        })
+    };
+    tokio::task::yield_now().await;
+    tokio::task::yield_now().await;
+    assert_eq!(node.metrics().rooms.get(), 1);
+    join.abort();
+    assert!(join.await.is_err_and(|e| e.is_cancelled()));
+    opening.abort();
+    // The test settings linger 0 ms: closed at once.
+    assert_eq!(node.metrics().rooms.get(), 0);
+    assert!(node.published().last().is_some_and(|(_, u)| u.closed));
+    assert!(RoomSide::open_rooms(&*node.rooms).is_empty());
+}
