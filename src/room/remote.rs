@@ -783,6 +783,11 @@ impl Rooms {
             return;
         }
         let cut = &mut r.cut;
+        // Moves cut before a tick that has not come yet (a skipped tick),
+        // by member: a newer move replaces the older. Usually none (no
+        // allocation); looked up in O(1) either way.
+        let earlier: HashMap<MemberId, usize> =
+            cut.iter().enumerate().map(|(i, c)| (c.member, i)).collect();
         let mut changed = false;
         dirty.retain(|id| match members.get_mut(id) {
             Some(m) if m.origin.is_none() => {
@@ -790,9 +795,8 @@ impl Rooms {
                     m.motion = motion;
                     m.moved_at_ms = tick_ms;
                     changed = true;
-                    match cut.iter_mut().find(|c| c.member == *id) {
-                        // Cut twice before a tick (a skipped tick): newest.
-                        Some(c) => c.motion = motion,
+                    match earlier.get(id) {
+                        Some(&i) => cut[i].motion = motion,
                         None => cut.push(MotionRecord {
                             member: *id,
                             motion,

@@ -972,3 +972,24 @@ async fn a_join_given_up_during_the_opening_leaves_the_room_to_close() {
     assert!(node.published().last().is_some_and(|(_, u)| u.closed));
     assert!(RoomSide::open_rooms(&*node.rooms).is_empty());
 }
+
+#[tokio::test]
+async fn moves_cut_twice_before_a_tick_go_out_once_each_the_newest() {
+    let node = Node::new("n1", 1);
+    let (_viewer, viewer) = node.join("lobby", "Viewer").await;
+    let (ada, _) = node.join("lobby", "Ada").await;
+    let (bo, _) = node.join("lobby", "Bo").await;
+    let room = node.rooms.handle("lobby");
+    let at = |x| Motion::standing(Position { x, y: 0 });
+    ada.submit(at(100)).await;
+    bo.submit(at(200)).await;
+    node.rooms.cut(&room, 1_000);
+    // The tick at 1_000 was skipped: the next cut finds the earlier moves.
+    bo.submit(at(250)).await;
+    node.rooms.cut(&room, 1_100);
+    viewer.take();
+    node.rooms.tick(1_100).await;
+    let mut got = motion_records(viewer.take());
+    got.sort_unstable();
+    assert_eq!(got, [(17, 100), (33, 250)]);
+}
