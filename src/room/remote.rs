@@ -634,33 +634,24 @@ impl Rooms {
         // Another opening of the room on that node: an earlier one is stale;
         // a later one replaces the part (the earlier opening's members are
         // gone, and the `closed` that said so may have been lost).
-        match r.parts.get(&node).map(|p| p.incarnation) {
+        let later_opening = match r.parts.get(&node).map(|p| p.incarnation) {
             Some(held) if u.origin.incarnation < held => return None,
-            Some(held) if u.origin.incarnation > held => {
-                if let Some(old) = r.parts.remove(&node) {
-                    remove_ids(
-                        members,
-                        &node,
-                        &old.ids,
-                        LeaveReason::Left,
-                        apply.frames,
-                        apply.metrics,
-                    );
-                }
-            }
-            _ => {}
+            Some(held) => u.origin.incarnation > held,
+            None => false,
+        };
+        if (later_opening || u.closed)
+            && let Some(old) = r.parts.remove(&node)
+        {
+            remove_ids(
+                members,
+                &node,
+                &old.ids,
+                LeaveReason::Left,
+                apply.frames,
+                apply.metrics,
+            );
         }
         if u.closed {
-            if let Some(old) = r.parts.remove(&node) {
-                remove_ids(
-                    members,
-                    &node,
-                    &old.ids,
-                    LeaveReason::Left,
-                    apply.frames,
-                    apply.metrics,
-                );
-            }
             return None;
         }
         let opened = r.opened;
