@@ -76,6 +76,16 @@ pub struct RoomOrigin {
     pub incarnation: u64,
 }
 
+impl From<Origin> for RoomOrigin {
+    /// `origin` with no opening of the room (incarnation 0, older than any).
+    fn from(origin: Origin) -> Self {
+        Self {
+            origin,
+            incarnation: 0,
+        }
+    }
+}
+
 impl std::ops::Deref for RoomOrigin {
     type Target = Origin;
 
@@ -331,10 +341,7 @@ pub fn decode_heartbeat(bytes: &[u8], slots: u32) -> Result<Heartbeat, WireError
 pub fn decode_snapshot_request(bytes: &[u8], slots: u32) -> Result<RoomOrigin, WireError> {
     let msg =
         cpb::SnapshotRequest::decode(bytes).map_err(|err| WireError::Malformed(err.to_string()))?;
-    Ok(RoomOrigin {
-        origin: origin(msg.from, slots)?,
-        incarnation: 0,
-    })
+    Ok(origin(msg.from, slots)?.into())
 }
 
 /// Decodes a `SyncRequest`: who asks, and for which rooms (names checked).
