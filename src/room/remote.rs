@@ -35,7 +35,8 @@ use crate::protocol::{
 /// Updates held per node and room while waiting for its full state...
 const MAX_BUFFERED: usize = 64;
 /// ...and their size at most (see [`held_size`]); past either, the oldest
-/// go (the full state, asked after them, covers them most likely).
+/// go (the full state, asked when the first was held, most likely covers
+/// them; the newest are what must follow it).
 const MAX_BUFFERED_BYTES: usize = 256 * 1024;
 /// A node is asked for a full state of a room at most this often; parts
 /// still waiting for one are swept (asked again) this often too.
