@@ -203,7 +203,7 @@ fn origin(node: &str, epoch: u64, slot: u32) -> Origin {
 
 fn delta(from: &Origin, seq: u64) -> Update {
     Update {
-        origin: from.clone(),
+        origin: from.clone().into(),
         seq,
         full: false,
         tick_ms: 0,
