@@ -61,9 +61,11 @@ pub(super) struct Remote {
     parts: HashMap<Arc<str>, Part>,
     /// Local moves cut for the coming tick: applied, published, and written
     /// in that tick's batch.
-    cut: Vec<MotionRecord>,
-    /// The last tick this room flushed (for late remote moves).
-    last_flush_ms: u64,
+    pub(super) cut: Vec<MotionRecord>,
+    /// The last tick whose batch this room wrote (late remote moves are
+    /// those cut for it or before; a tick written early is not written
+    /// again).
+    pub(super) last_flush_ms: u64,
     /// Bumped each time the last local member leaves: a linger that finds
     /// it changed does nothing.
     linger: u64,
@@ -171,12 +173,6 @@ impl Remote {
     /// `Left`, so they see them in order.)
     fn uncut(&mut self, id: MemberId) {
         self.cut.retain(|c| c.member != id);
-    }
-
-    /// Takes the local moves cut for this tick, and notes the tick.
-    pub(super) fn take_cut(&mut self, records: &mut Vec<MotionRecord>, now_ms: u64) {
-        records.append(&mut self.cut);
-        self.last_flush_ms = now_ms;
     }
 }
 
@@ -312,7 +308,15 @@ struct Apply<'a> {
     capacity: usize,
     node: &'a Arc<str>,
     frames: &'a mut Vec<Frame>,
-    last_flush_ms: u64,
+    /// The room's local moves cut for the coming tick.
+    cut: &'a mut Vec<MotionRecord>,
+    /// The last tick whose batch the room wrote.
+    last_flush_ms: &'a mut u64,
+    /// Server time now, the tick and the motion time unit, for a batch
+    /// written ahead of its tick ([`Apply::follow_moves`]).
+    now_ms: u64,
+    tick_ms: u64,
+    unit: u32,
     /// Moves go out at once (a zero tick), at this server time.
     at_once: Option<(u64, u32)>,
 }
@@ -360,6 +364,40 @@ impl Apply<'_> {
         }
     }
 
+    /// Before a remote member's chat or leave is written: if the member has
+    /// a move waiting for this node's tick, writes that tick's batch now
+    /// (the same batch the tick would write, and the tick then writes
+    /// nothing), so the chat or leave follows the member's moves here as it
+    /// did on its own node. Without this, a chat sent right after a move
+    /// could reach this node's members before the move, whenever this
+    /// node's tick runs a little after the origin's.
+    fn follow_moves(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        id: MemberId,
+    ) {
+        if self.at_once.is_some()
+            || self.tick_ms == 0
+            || !members.get(&id).is_some_and(|m| m.pending.is_some())
+        {
+            return;
+        }
+        // The tick the move waits for: the current one unless written.
+        let tick = self.now_ms / self.tick_ms * self.tick_ms;
+        let at_ms = tick.max(*self.last_flush_ms + self.tick_ms);
+        *self.last_flush_ms = at_ms;
+        let mut records = Vec::new();
+        super::tick::collect_batch(members, dirty, self.cut, at_ms, &mut records);
+        if records.is_empty() {
+            return;
+        }
+        self.frames
+            .push(encode_motion(motion_time(at_ms, self.unit), &records));
+        self.metrics.moves_applied.inc_by(records.len() as u64);
+        self.metrics.batches.inc();
+    }
+
     fn owns(&self, members: &BTreeMap<MemberId, Member>, id: MemberId) -> bool {
         members
             .get(&id)
@@ -379,6 +417,7 @@ impl Apply<'_> {
                 Op::Joined(m) => self.add(members, dirty, ids, m),
                 Op::Left { id, reason } => {
                     if self.owns(members, id) {
+                        self.follow_moves(members, dirty, id);
                         members.remove(&id);
                         ids.remove(&id);
                         self.metrics.cluster_remote_members.dec();
@@ -394,6 +433,7 @@ impl Apply<'_> {
                     server_time_ms,
                 } => {
                     if self.owns(members, id) {
+                        self.follow_moves(members, dirty, id);
                         self.frames.push(encode_server(Body::Chat(pb::ChatMessage {
                             member_id: id.0,
                             text,
@@ -428,7 +468,7 @@ impl Apply<'_> {
                 now.push(*r);
                 continue;
             }
-            if tick_ms <= self.last_flush_ms {
+            if tick_ms <= *self.last_flush_ms {
                 self.metrics.cluster_remote_moves_late.inc();
             }
             if m.pending.replace(r.motion).is_none() {
@@ -603,25 +643,34 @@ impl Rooms {
             remote,
             ..
         } = &mut **st;
-        let r = remote.as_deref_mut()?;
+        let Remote {
+            parts,
+            cut,
+            last_flush_ms,
+            opened,
+            ..
+        } = remote.as_deref_mut()?;
         let node = Arc::clone(&u.origin.node);
+        let now_ms = self.clock.now_ms();
         let mut apply = Apply {
             metrics: &self.metrics,
             capacity: self.settings.capacity,
             node: &node,
             frames,
-            last_flush_ms: r.last_flush_ms,
+            cut,
+            last_flush_ms,
+            now_ms,
+            tick_ms: u64::try_from(self.settings.tick.as_millis()).unwrap_or(u64::MAX),
+            unit: self.settings.motion_time_unit_ms,
             at_once: self.settings.tick.is_zero().then(|| {
                 let unit = self.settings.motion_time_unit_ms;
                 let step = u64::from(unit.max(1));
-                (self.clock.now_ms() / step * step, unit)
+                (now_ms / step * step, unit)
             }),
         };
         // A new epoch of a known node: its previous run's members go now.
-        if r.parts
-            .get(&node)
-            .is_some_and(|p| p.epoch != u.origin.epoch)
-            && let Some(old) = r.parts.remove(&node)
+        if parts.get(&node).is_some_and(|p| p.epoch != u.origin.epoch)
+            && let Some(old) = parts.remove(&node)
         {
             remove_ids(
                 members,
@@ -635,13 +684,13 @@ impl Rooms {
         // Another opening of the room on that node: an earlier one is stale;
         // a later one replaces the part (the earlier opening's members are
         // gone, and the `closed` that said so may have been lost).
-        let later_opening = match r.parts.get(&node).map(|p| p.incarnation) {
+        let later_opening = match parts.get(&node).map(|p| p.incarnation) {
             Some(held) if u.origin.incarnation < held => return None,
             Some(held) => u.origin.incarnation > held,
             None => false,
         };
         if (later_opening || u.closed)
-            && let Some(old) = r.parts.remove(&node)
+            && let Some(old) = parts.remove(&node)
         {
             remove_ids(
                 members,
@@ -655,11 +704,11 @@ impl Rooms {
         if u.closed {
             return None;
         }
-        let opened = r.opened;
+        let opened = *opened;
         // A part only for a live peer (a message that raced the node's
         // expiry, or a name flood, makes none).
-        if !r.parts.contains_key(&node)
-            && (r.parts.len() >= crate::cluster::directory::MAX_PEERS
+        if !parts.contains_key(&node)
+            && (parts.len() >= crate::cluster::directory::MAX_PEERS
                 || !self
                     .cluster()
                     .is_some_and(|c| c.is_live(&node, u.origin.epoch)))
@@ -667,8 +716,7 @@ impl Rooms {
             apply.metrics.cluster_bad_messages.inc();
             return None;
         }
-        let part = r
-            .parts
+        let part = parts
             .entry(Arc::clone(&node))
             .or_insert_with(|| Part::new(u.origin.epoch, u.origin.incarnation));
         if u.full && u.seq < part.seq {

@@ -7,6 +7,7 @@
 //! task per tick, and a tick ends when every task has, so ticks never
 //! overlap and a room's frames stay in order.
 
+use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::{Arc, MutexGuard};
 
@@ -14,8 +15,8 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
-use super::{Room, Rooms, State, fan_out};
-use crate::protocol::{MotionRecord, encode_motion, motion_time};
+use super::{Member, Room, Rooms, State, fan_out};
+use crate::protocol::{MemberId, MotionRecord, encode_motion, motion_time};
 
 impl Rooms {
     /// Runs one tick at server time `now_ms`: applies every room's pending
@@ -146,26 +147,16 @@ impl Rooms {
             remote,
             ..
         } = &mut *st;
-        if let Some(r) = remote.as_deref_mut() {
-            r.take_cut(records, now_ms);
+        let Some(r) = remote.as_deref_mut() else {
+            return;
+        };
+        if r.last_flush_ms >= now_ms {
+            // Written already, ahead of a remote member's chat or leave that
+            // had to follow its moves (`remote::Apply::follow_moves`).
+            return;
         }
-        if !dirty.is_empty() {
-            dirty.retain(|id| match members.get_mut(id) {
-                Some(m) if m.origin.is_some() => {
-                    if let Some(motion) = m.pending.take() {
-                        m.motion = motion;
-                        m.moved_at_ms = now_ms;
-                        records.push(MotionRecord {
-                            member: *id,
-                            motion,
-                        });
-                    }
-                    false
-                }
-                Some(m) => m.pending.is_some(),
-                None => false,
-            });
-        }
+        r.last_flush_ms = now_ms;
+        collect_batch(members, dirty, &mut r.cut, now_ms, records);
         if records.is_empty() {
             return;
         }
@@ -215,4 +206,35 @@ impl Rooms {
 /// at most one.
 pub(super) fn shard(len: usize, shards: usize, i: usize) -> Range<usize> {
     len * i / shards..len * (i + 1) / shards
+}
+
+/// A clustered room's batch for the tick at `at_ms`: the local moves cut for
+/// it (`cut`, already applied and published) and the remote moves pending,
+/// which are applied here. Local moves that came after the cut stay pending.
+pub(super) fn collect_batch(
+    members: &mut BTreeMap<MemberId, Member>,
+    dirty: &mut Vec<MemberId>,
+    cut: &mut Vec<MotionRecord>,
+    at_ms: u64,
+    records: &mut Vec<MotionRecord>,
+) {
+    records.append(cut);
+    if dirty.is_empty() {
+        return;
+    }
+    dirty.retain(|id| match members.get_mut(id) {
+        Some(m) if m.origin.is_some() => {
+            if let Some(motion) = m.pending.take() {
+                m.motion = motion;
+                m.moved_at_ms = at_ms;
+                records.push(MotionRecord {
+                    member: *id,
+                    motion,
+                });
+            }
+            false
+        }
+        Some(m) => m.pending.is_some(),
+        None => false,
+    });
 }

@@ -993,3 +993,90 @@ async fn moves_cut_twice_before_a_tick_go_out_once_each_the_newest() {
     got.sort_unstable();
     assert_eq!(got, [(17, 100), (33, 250)]);
 }
+
+/// A remote member's chat or leave that arrives while its move still waits
+/// for this node's tick follows that move: the tick's batch is written first
+/// (once: the tick then writes nothing more), as on the member's own node.
+#[tokio::test]
+async fn a_remote_chat_or_leave_follows_the_members_waiting_move() {
+    let mut node = Node::new("n1", 1);
+    let (_ada, ada_frames) = node.join("lobby", "Ada").await;
+    let n2 = origin("n2", 7, 2);
+    node.apply("lobby", full(&n2, 3, vec![member(2, "Cy", 40)]));
+    node.published();
+    ada_frames.take();
+    let tick = node.rooms.clock.now_ms() / 100 * 100;
+    let xs = |frame: &ServerMessage| -> Vec<(u32, u32)> {
+        let (_, records) = decode_motion(&frame.motion).expect("a batch");
+        records
+            .iter()
+            .map(|r| (r.member.0, r.motion.position.x))
+            .collect()
+    };
+
+    // Cy moved at n2's tick, then chatted; this node's tick has not run yet.
+    node.apply("lobby", moves(&n2, 4, tick, &[(2, 300)]));
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            5,
+            vec![Op::Chat {
+                id: MemberId(2),
+                text: "after my move".into(),
+                server_time_ms: tick,
+            }],
+        ),
+    );
+    let frames = ada_frames.take();
+    assert_eq!(frames.len(), 2, "the batch, then the chat: {frames:?}");
+    assert_eq!(xs(&frames[0]), [(2, 300)]);
+    assert!(matches!(&frames[1].body, Some(Body::Chat(c)) if c.member_id == 2));
+    node.rooms.tick(tick).await;
+    assert!(
+        ada_frames.take().is_empty(),
+        "the tick's batch went already"
+    );
+
+    // The same for a leave, with a move waiting for the next tick.
+    node.apply("lobby", moves(&n2, 6, tick + 100, &[(2, 400)]));
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            7,
+            vec![Op::Left {
+                id: MemberId(2),
+                reason: LeaveReason::Left,
+            }],
+        ),
+    );
+    let frames = ada_frames.take();
+    assert_eq!(frames.len(), 2, "the batch, then the leave: {frames:?}");
+    assert_eq!(xs(&frames[0]), [(2, 400)]);
+    assert!(matches!(&frames[1].body, Some(Body::Left(l)) if l.member_id == 2));
+    node.rooms.tick(tick + 100).await;
+    assert!(ada_frames.take().is_empty());
+
+    // A chat from a member with no waiting move is written at once, alone.
+    node.apply(
+        "lobby",
+        update(&n2, 8, vec![Op::Joined(member(18, "Bo", 50))]),
+    );
+    ada_frames.take();
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            9,
+            vec![Op::Chat {
+                id: MemberId(18),
+                text: "standing".into(),
+                server_time_ms: tick,
+            }],
+        ),
+    );
+    let frames = ada_frames.take();
+    assert_eq!(frames.len(), 1);
+    assert!(matches!(&frames[0].body, Some(Body::Chat(_))));
+}
