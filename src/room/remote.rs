@@ -379,7 +379,7 @@ impl Apply<'_> {
     ) {
         if self.at_once.is_some()
             || self.tick_ms == 0
-            || !members.get(&id).is_some_and(|m| m.pending.is_some())
+            || members.get(&id).is_none_or(|m| m.pending.is_none())
         {
             return;
         }
