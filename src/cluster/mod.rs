@@ -14,8 +14,10 @@
 //! [`Cluster`] is the handle the rest of the server holds. Rooms never await
 //! NATS under a lock or in the tick: they push encoded messages into a
 //! bounded queue ([`Cluster::publish`], drops counted), and remote updates
-//! come back through a bounded channel to a task on the server's runtime,
-//! in the order NATS delivered them.
+//! come back through bounded channels to the inbound tasks on the server's
+//! runtime (one per core; a room always goes to the same one, so its
+//! updates keep the order NATS delivered them in). Node drops and part
+//! resets take a small control queue that those tasks handle first.
 
 pub mod directory;
 pub mod link;
