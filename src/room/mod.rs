@@ -108,10 +108,15 @@ struct Out {
 impl Out {
     /// Hands `frame` to every member.
     fn publish(&self, frame: &Frame, metrics: &Metrics) {
+        metrics.sent_to(self.write(frame), frame.len());
+    }
+
+    /// Hands `frame` to every member; returns how many (the caller counts).
+    fn write(&self, frame: &Frame) -> usize {
         for (_, sink) in &self.sinks {
             sink.send(frame);
         }
-        metrics.sent_to(self.sinks.len(), frame.len());
+        self.sinks.len()
     }
 
     fn sink(&self, id: MemberId) -> Option<&Arc<dyn Sink>> {
@@ -173,6 +178,14 @@ impl Room {
         let out = self.out();
         drop(st);
         out.publish(frame, metrics);
+    }
+
+    /// As [`publish`](Self::publish), counting into a tick's `tally`.
+    fn publish_counted(&self, st: MutexGuard<'_, State>, frame: &Frame, tally: &mut tick::Tally) {
+        let out = self.out();
+        drop(st);
+        tally.frames += out.write(frame) as u64;
+        tally.bytes += (out.sinks.len() * frame.len()) as u64;
     }
 
     pub fn name(&self) -> &str {

@@ -16,6 +16,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
 use super::{Member, Room, Rooms, State, fan_out};
+use crate::metrics::Metrics;
 use crate::protocol::{MemberId, MotionRecord, encode_motion, motion_time};
 
 impl Rooms {
@@ -31,10 +32,11 @@ impl Rooms {
     }
 
     async fn tick_sharded(self: &Arc<Self>, workers: usize, now_ms: u64) {
-        // One scratch buffer per task, reused across its rooms.
+        // One scratch buffer and one tally per task, reused across its rooms.
         let mut records = Vec::new();
+        let mut tally = Tally::new(Arc::clone(&self.metrics));
         self.each_room_sharded(workers, move |rooms, room| {
-            rooms.flush(room, now_ms, &mut records);
+            rooms.flush(room, now_ms, &mut records, &mut tally);
         })
         .await;
     }
@@ -100,10 +102,10 @@ impl Rooms {
         .max(1)
     }
 
-    fn flush(&self, room: &Room, now_ms: u64, records: &mut Vec<MotionRecord>) {
+    fn flush(&self, room: &Room, now_ms: u64, records: &mut Vec<MotionRecord>, tally: &mut Tally) {
         let mut st = room.state();
         if st.remote.is_some() {
-            return self.flush_clustered(room, st, now_ms, records);
+            return self.flush_clustered(room, st, now_ms, records, tally);
         }
         if st.dirty.is_empty() {
             return;
@@ -123,9 +125,9 @@ impl Rooms {
             return;
         }
         let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
-        room.publish(st, &encode_motion(time, records), &self.metrics);
-        self.metrics.moves_applied.inc_by(records.len() as u64);
-        self.metrics.batches.inc();
+        room.publish_counted(st, &encode_motion(time, records), tally);
+        tally.moves += records.len() as u64;
+        tally.batches += 1;
     }
 
     /// A tick in cluster mode: the local moves cut before the tick (already
@@ -139,6 +141,7 @@ impl Rooms {
         mut st: MutexGuard<'_, State>,
         now_ms: u64,
         records: &mut Vec<MotionRecord>,
+        tally: &mut Tally,
     ) {
         records.clear();
         let State {
@@ -161,9 +164,9 @@ impl Rooms {
             return;
         }
         let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
-        room.publish(st, &encode_motion(time, records), &self.metrics);
-        self.metrics.moves_applied.inc_by(records.len() as u64);
-        self.metrics.batches.inc();
+        room.publish_counted(st, &encode_motion(time, records), tally);
+        tally.moves += records.len() as u64;
+        tally.batches += 1;
     }
 
     /// Runs the room ticks until `shutdown`: every `tick`, aligned to
@@ -237,4 +240,47 @@ pub(super) fn collect_batch(
         Some(m) => m.pending.is_some(),
         None => false,
     });
+}
+
+/// What a tick task wrote, added to the shared counters once, when the task
+/// is done (dropped), rather than once per room: tasks on every core
+/// updating the same few counters for every room would contend on them.
+pub(super) struct Tally {
+    metrics: Arc<Metrics>,
+    pub(super) frames: u64,
+    pub(super) bytes: u64,
+    moves: u64,
+    batches: u64,
+}
+
+impl Tally {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        Self {
+            metrics,
+            frames: 0,
+            bytes: 0,
+            moves: 0,
+            batches: 0,
+        }
+    }
+}
+
+impl Clone for Tally {
+    /// A fresh tally for another task (each shard gets a clone of the
+    /// closure that holds it).
+    fn clone(&self) -> Self {
+        Self::new(Arc::clone(&self.metrics))
+    }
+}
+
+impl Drop for Tally {
+    fn drop(&mut self) {
+        if self.batches == 0 {
+            return;
+        }
+        self.metrics.frames_sent.inc_by(self.frames);
+        self.metrics.bytes_sent.inc_by(self.bytes);
+        self.metrics.moves_applied.inc_by(self.moves);
+        self.metrics.batches.inc_by(self.batches);
+    }
 }
