@@ -6,12 +6,12 @@
 //!    (camelCase, the oneof flattened) so the shared test vectors in
 //!    `web/test/vectors.json` can show each message as JSON beside its bytes.
 //! 2. Lists the browser client's files under `web/` (not `web/test` or
-//!    `node_modules`; the rule is in `src/web/files.rs`) for `src/web.rs`
+//!    `node_modules`; the rule is in `src/edge/web/files.rs`) for `src/edge/web.rs`
 //!    to embed, and has cargo watch those files only.
 
 use std::path::{Path, PathBuf};
 
-#[path = "src/web/files.rs"]
+#[path = "src/edge/web/files.rs"]
 mod files;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -34,7 +34,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // that hold them, so a file added there is seen). Not `web/` itself:
     // cargo scans a watched directory whole, and `web/test` changes without
     // touching the client. A file added at the top of `web/` is seen when
-    // any client file changes, or by the test in src/web.rs that compares
+    // any client file changes, or by the test in src/edge/web.rs that compares
     // the embedded list with the directory.
     let web = Path::new(env!("CARGO_MANIFEST_DIR")).join("web");
     let listing = files::list(&web)?;

@@ -12,9 +12,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use amble::clock::Clock;
-use amble::fanout::{Frame, Sink};
 use amble::metrics::Metrics;
 use amble::protocol::{Motion, Position, pb};
+use amble::room::sink::{Frame, Sink};
 use amble::room::{Membership, RoomSettings, Rooms};
 use criterion::{BatchSize, BenchmarkId, Criterion, SamplingMode, criterion_group, criterion_main};
 use tokio::runtime::Runtime;

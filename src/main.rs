@@ -28,7 +28,7 @@ fn main() -> anyhow::Result<()> {
 }
 
 async fn run(config: Config) -> anyhow::Result<()> {
-    amble::listener::raise_open_files_limit();
+    amble::raise_open_files_limit();
     let listener = TcpListener::bind(config.listen.to_bind())
         .await
         .with_context(|| {

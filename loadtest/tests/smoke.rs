@@ -25,7 +25,7 @@ const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 struct TestServer {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+    task: Option<tokio::task::JoinHandle<Result<(), amble::StartError>>>,
 }
 
 impl TestServer {

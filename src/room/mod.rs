@@ -27,13 +27,13 @@ use std::time::Duration;
 use dashmap::DashMap;
 
 use crate::clock::Clock;
-use crate::fanout::{Frame, Sink};
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
     LeaveReason, MemberId, Motion, MotionRecord, Position, encode_motion, encode_server,
     motion_time, pb,
 };
+use crate::room::sink::{Frame, Sink};
 
 /// How rooms behave; taken from the server config.
 #[derive(Clone, Debug)]
@@ -665,6 +665,7 @@ impl Drop for Membership {
 }
 
 mod remote;
+pub mod sink;
 mod tick;
 
 #[cfg(test)]

@@ -25,12 +25,12 @@ use tokio_util::sync::CancellationToken;
 use super::{Member, Room, Rooms, State, fan_out, member_pb};
 use crate::cluster::wire::{self, Op, RemoteMember, Update, UpdateParts};
 use crate::cluster::{Cluster, RoomSide};
-use crate::fanout::Frame;
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
     LeaveReason, MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb,
 };
+use crate::room::sink::Frame;
 
 /// Updates held per node and room while waiting for its full state...
 const MAX_BUFFERED: usize = 64;
@@ -537,7 +537,7 @@ impl Rooms {
         room: &str,
         name: String,
         user: Option<Arc<str>>,
-        sink: Arc<dyn crate::fanout::Sink>,
+        sink: Arc<dyn crate::room::sink::Sink>,
     ) -> Result<super::Membership, super::JoinError> {
         let mut args = Some((name, user, sink));
         loop {

@@ -113,7 +113,7 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
 pub struct Server {
     pub addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
+    task: Option<JoinHandle<Result<(), amble::StartError>>>,
 }
 
 impl Server {

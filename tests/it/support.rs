@@ -42,7 +42,7 @@ pub async fn request_at(addr: std::net::SocketAddr, raw: &str) -> String {
 pub struct TestServer {
     pub addr: std::net::SocketAddr,
     stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<std::io::Result<()>>>,
+    task: Option<JoinHandle<Result<(), amble::StartError>>>,
 }
 
 /// A config for tests: the defaults, with whatever `f` changes.
@@ -152,7 +152,7 @@ impl TestServer {
     }
 
     /// Triggers shutdown and waits for `serve` to return.
-    pub async fn stop(mut self) -> std::io::Result<()> {
+    pub async fn stop(mut self) -> Result<(), amble::StartError> {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -166,7 +166,7 @@ impl TestServer {
         }
     }
 
-    pub async fn stopped(mut self) -> std::io::Result<()> {
+    pub async fn stopped(mut self) -> Result<(), amble::StartError> {
         let task = self.task.take().expect("running");
         within("server shutdown", task).await.expect("server task")
     }

@@ -12,9 +12,9 @@ use tokio::sync::mpsc;
 use super::*;
 use crate::clock::Clock;
 use crate::cluster::wire::{Origin, RemoteMember, RoomOrigin, cpb};
-use crate::fanout::Sink;
 use crate::protocol::pb::ServerMessage;
 use crate::protocol::{Motion, Position, decode_motion};
+use crate::room::sink::Sink;
 use crate::room::{Membership, RoomSettings};
 
 #[derive(Default)]

@@ -1,81 +1,35 @@
-//! The HTTP surface: routes, shared state and the WebSocket upgrade.
-//!
-//! `/ws` upgrades to a [`connection`]; `/healthz`,
-//! `/api/rooms` and `/metrics` are read-only views; everything else is the
-//! browser client embedded from `web/`.
+//! The WebSocket upgrade of `GET /ws` (RFC 6455 section 4.2), by hand: the
+//! handshake check, the address's WebSocket cap, the connection slot, and
+//! the hand-over of the raw upgraded stream to a [`session`](crate::session)
+//! task with its WebSocket settings.
 
-use std::sync::Arc;
-
-use axum::Router;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
 use hyper_util::rt::TokioIo;
-use tokio::sync::Semaphore;
 use tokio_tungstenite::WebSocketStream;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tracing::Instrument as _;
 use tracing::debug;
 use tungstenite::protocol::{Role, WebSocketConfig};
 
-use crate::addresses::Addresses;
-use crate::auth::Gate;
-use crate::clock::Clock;
 use crate::config::Config;
-use crate::connection;
-use crate::handshake::{self, Refusal};
-use crate::metrics::Metrics;
-use crate::metrics_token::MetricsToken;
-use crate::outbox::{Outbox, WsIo};
-use crate::protocol::{Rules, SUBPROTOCOL};
-use crate::room::Rooms;
-use crate::web;
+use crate::protocol::SUBPROTOCOL;
+use crate::server::shared::Shared;
+use crate::session::connection;
+use crate::session::outbox::{Outbox, WsIo};
 
-/// State every connection and handler shares.
-pub struct Shared {
-    pub config: Arc<Config>,
-    pub rules: Rules,
-    /// Who may join: everyone, or holders of a signed token.
-    pub gate: Gate,
-    pub clock: Clock,
-    pub metrics: Arc<Metrics>,
-    pub rooms: Arc<Rooms>,
-    /// Client addresses: per-address caps and join budgets.
-    pub addresses: Arc<Addresses>,
-    /// One permit per open connection.
-    pub connection_slots: Arc<Semaphore>,
-    /// Cancelled when the server shuts down.
-    pub shutdown: CancellationToken,
-    /// Every socket task, so shutdown can wait for them (axum does not
-    /// track upgraded connections).
-    pub sockets: TaskTracker,
-    /// The bearer token `/metrics` requires, if one is configured.
-    pub metrics_token: Option<MetricsToken>,
-    /// This node's cluster membership (`--nats`), set once at start.
-    pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
-}
+use super::handshake::{self, Refusal};
 
 /// The WebSocket read buffer: client frames are small.
 const READ_BUFFER_BYTES: usize = 1024;
 
-pub fn router(shared: Arc<Shared>) -> Router {
-    Router::new()
-        .route("/ws", any(upgrade))
-        .route("/healthz", get(healthz))
-        .route("/api/rooms", get(rooms))
-        .route("/metrics", get(metrics))
-        .fallback(get(web::asset))
-        .with_state(shared)
-}
-
 /// Upgrades `GET /ws` to a WebSocket (RFC 6455 section 4.2) by hand rather
 /// than through axum's extractor: the connection needs the raw upgraded
 /// stream, so that rooms can write into it directly (see `outbox`).
-async fn upgrade(
+pub(super) async fn upgrade(
     State(shared): State<Arc<Shared>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     mut request: Request,
@@ -193,55 +147,4 @@ fn refuse(shared: &Shared, peer: SocketAddr, headers: &HeaderMap, refusal: Refus
 fn largest_frame(config: &Config) -> usize {
     let per_member = 4 * config.max_name_chars as usize + 64;
     config.room_capacity as usize * per_member + 4 * 1024
-}
-
-#[derive(serde::Serialize)]
-struct RoomList {
-    rooms: Vec<crate::room::RoomInfo>,
-}
-
-/// `ok` while the process serves; in cluster mode a second line says
-/// whether the node has its cluster.
-async fn healthz(State(shared): State<Arc<Shared>>) -> String {
-    match shared.cluster.get() {
-        Some(cluster) => format!("ok\n{}\n", cluster.health_line()),
-        None => "ok\n".to_owned(),
-    }
-}
-
-/// Rooms with their member counts: this node's, or in cluster mode every
-/// node's (gathered over NATS, cached for a second).
-async fn rooms(State(shared): State<Arc<Shared>>) -> axum::Json<RoomList> {
-    let rooms = match shared.cluster.get() {
-        Some(cluster) => cluster
-            .room_counts()
-            .await
-            .into_iter()
-            .map(|(name, members)| crate::room::RoomInfo {
-                name,
-                members: members as usize,
-                capacity: shared.config.room_capacity as usize,
-            })
-            .collect(),
-        None => shared.rooms.list(),
-    };
-    axum::Json(RoomList { rooms })
-}
-
-async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
-    if let Some(token) = &shared.metrics_token
-        && let Err(denied) = token.admits(&headers)
-    {
-        shared.metrics.refuse_metrics(denied.label());
-        return denied.into_response();
-    }
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
-        )],
-        shared.metrics.render(),
-    )
-        .into_response()
 }

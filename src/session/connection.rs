@@ -23,17 +23,17 @@ use tracing::{debug, trace};
 use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
 
-use crate::addresses::Client;
-use crate::app::Shared;
-use crate::fanout::Frame;
-use crate::outbox::{Event, Outbox, WsIo};
+use crate::access::addresses::Client;
+use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
     Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
     encode_server, pb, validate_name,
 };
+use crate::room::sink::Frame;
 use crate::room::{JoinError, Membership};
-use crate::throttle::{Admit, Budget, Gcra, Verdict};
+use crate::server::shared::Shared;
+use crate::session::outbox::{Event, Outbox, WsIo};
 
 /// WebSocket close codes (RFC 6455 section 7.4.1).
 pub mod close {

@@ -9,7 +9,7 @@
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Version, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::origin::{self, OriginPattern};
+use crate::edge::origin::{self, OriginPattern};
 
 /// Why a handshake was refused: the label of
 /// `amble_upgrades_refused_total{reason="..."}`.
@@ -36,6 +36,7 @@ pub enum RefusalReason {
 }
 
 impl RefusalReason {
+    #[cfg(test)]
     pub const ALL: [Self; 8] = [
         Self::Method,
         Self::HttpVersion,

@@ -13,7 +13,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _, DuplexStream};
 
 use super::*;
 use crate::config::Config;
-use crate::listener::Capacity;
+use crate::server::capacity::Capacity;
 
 /// Virtual time a connection may take to end: past the WebSocket idle
 /// timeout (45 s), the close handshake and the HTTP deadlines.
@@ -33,7 +33,15 @@ fn cases() -> u32 {
 fn server() -> (Arc<Shared>, Arc<Http>) {
     let config = Config::default();
     let capacity = Capacity::fit(None, 16, 16);
-    crate::state(config, crate::auth::Gate::Open, None, capacity, None)
+    let shared = crate::server::shared::state(
+        config,
+        crate::access::auth::Gate::Open,
+        None,
+        capacity,
+        None,
+    );
+    let http = Http::new(Arc::clone(&shared), capacity.http as usize);
+    (shared, http)
 }
 
 fn peer() -> SocketAddr {
@@ -309,7 +317,7 @@ proptest! {
         }
         let version = if http11 { Version::HTTP_11 } else { Version::HTTP_10 };
         let allowed = Config::default().allowed_origins;
-        match crate::handshake::check(&method, version, &map, &allowed) {
+        match crate::edge::handshake::check(&method, version, &map, &allowed) {
             Ok(accept) => prop_assert_eq!(accept.len(), 28),
             Err(refusal) => {
                 let status = refusal.status;

@@ -11,7 +11,7 @@ use std::time::Duration;
 use clap::Parser;
 use clap::error::{ContextKind, ContextValue, ErrorKind};
 
-use crate::origin::OriginPattern;
+use crate::edge::origin::OriginPattern;
 use crate::protocol::{Rules, pb};
 
 /// amble: a lightweight-presence server.

@@ -4,7 +4,7 @@
 //! such connections are open.
 //!
 //! [`Http::serve_connection`] serves one connection over anything that
-//! reads and writes (the accept loop in [`listener`](crate::listener) hands
+//! reads and writes (the accept loop in [`listener`](crate::edge::listener) hands
 //! it TCP sockets; the tests hand it in-memory pipes). hyper parses the
 //! requests (its `max_header_size` answers 431) and the axum router answers
 //! them; this module adds what hyper lacks: a head deadline that runs from
@@ -36,8 +36,10 @@ use tokio_util::task::TaskTracker;
 use tower_service::Service as _;
 use tracing::debug;
 
-use crate::addresses::Lease;
-use crate::app::{self, Shared};
+use crate::access::addresses::Lease;
+use crate::server::shared::Shared;
+
+use super::routes;
 use crate::metrics::Metrics;
 
 /// Shutdown gives a response still being written this long (at most the
@@ -77,7 +79,9 @@ impl std::fmt::Debug for Http {
 /// the socket closes, after an upgrade too.
 #[derive(Debug, Default)]
 pub struct Admission {
+    #[expect(dead_code, reason = "held, never read: dropping it frees the slot")]
     pub socket: Option<OwnedSemaphorePermit>,
+    #[expect(dead_code, reason = "held, never read: dropping it frees the place")]
     pub address: Option<Lease>,
 }
 
@@ -96,7 +100,7 @@ impl Http {
             // hyper's floor for its buffer; heads are capped above anyway.
             .max_buf_size(max_head.max(8_192));
         Arc::new(Self {
-            router: app::router(Arc::clone(&shared)),
+            router: routes::router(Arc::clone(&shared)),
             builder,
             pool: Pool::new(cap, Arc::clone(&shared.metrics)),
             header_timeout: config.http_header_timeout(),

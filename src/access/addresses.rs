@@ -16,9 +16,9 @@ use axum::http::HeaderMap;
 use ipnet::IpNet;
 use tokio::time::Instant;
 
+use crate::access::throttle::{Admit, Gcra};
 use crate::config::{Config, ForwardedHeader};
 use crate::metrics::Metrics;
-use crate::throttle::{Admit, Gcra};
 
 /// What a request's client address was resolved to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -343,6 +343,7 @@ impl Addresses {
     }
 
     /// How many addresses the table holds (for tests).
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.table
             .lock()
@@ -351,6 +352,7 @@ impl Addresses {
             .len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

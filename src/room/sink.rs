@@ -3,14 +3,14 @@
 //! A room holds one [`Sink`] per member and hands each frame to all of
 //! them, under the room lock, so every member receives the room's frames
 //! in one order. A sink never blocks: the socket's is
-//! [`Outbox`](crate::outbox::Outbox), which writes at once or queues, and
+//! [`Outbox`](crate::session::outbox::Outbox), which writes at once or queues, and
 //! drops room frames for a member that stopped reading (it is then owed a
 //! snapshot).
 //!
-//! This is the seam for running rooms across several server nodes: a
-//! broker-backed room would publish each frame to the room's subject, and
-//! each node's subscriber would hand it to that node's local sinks; the
-//! connection code would not change.
+//! A sink is always a local socket. Other nodes' members live in the room's
+//! state like local ones (see `remote`), not behind a sink: a sink only
+//! forwards encoded frames, so it could neither give a joiner the members
+//! of other nodes nor remove a dead node's members.
 
 use bytes::Bytes;
 

@@ -24,8 +24,8 @@ use bytes::{Buf, Bytes};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
-use crate::fanout::{Frame, Sink};
 use crate::metrics::Metrics;
+use crate::room::sink::{Frame, Sink};
 
 /// Frames up to this size are written with one plain `send` of a copy;
 /// larger ones as two slices, header and shared payload.

@@ -1,0 +1,18 @@
+//! Everything before a WebSocket exists: the accept loop ([`listener`]),
+//! one HTTP/1.1 connection with its deadlines and pool ([`http`]), the
+//! routes ([`routes`]), the upgrade ([`upgrade`]) and what is refused at the
+//! door: a bad opening handshake ([`handshake`]), a foreign page
+//! ([`origin`]), a scraper without the token ([`metrics_token`]). [`web`]
+//! serves the browser client embedded from `web/`.
+//!
+//! The edge hands an upgraded socket to [`session`](crate::session) and
+//! keeps nothing of it.
+
+pub mod handshake;
+pub mod http;
+pub mod listener;
+pub mod metrics_token;
+pub mod origin;
+mod routes;
+mod upgrade;
+mod web;

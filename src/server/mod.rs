@@ -1,0 +1,159 @@
+//! The server: its shared state ([`shared::Shared`]), the socket budget fitted to
+//! the open-file limit ([`capacity`]), and [`serve`], which runs the whole
+//! server on a listener until a shutdown future completes; `main` and every
+//! test start amble through it.
+
+pub mod capacity;
+pub mod shared;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use crate::access::auth::{self, Gate};
+use crate::cluster;
+use crate::config::Config;
+use crate::edge::http::Http;
+use crate::edge::listener::accept_loop;
+use crate::edge::metrics_token::{MetricsToken, TokenFileError};
+
+use capacity::{Capacity, RESERVED_FILES};
+
+/// Why the server could not start. Each message names the flag, address or
+/// file to fix; `main` prints it and exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The token key or secret (`--auth-*`) cannot be used.
+    #[error(transparent)]
+    Auth(#[from] auth::SetupError),
+    /// `--metrics-token-file` cannot be used.
+    #[error(transparent)]
+    MetricsToken(#[from] TokenFileError),
+    /// The listener's own address cannot be read.
+    #[error("cannot read the listening address: {0}")]
+    Listener(std::io::Error),
+    /// The cluster flags (`--node-slot`, `--cluster-lead-ms`, ...) do not fit together.
+    #[error("{0}")]
+    Cluster(String),
+    /// The cluster link (`--nats` and its files) cannot start.
+    #[error(transparent)]
+    ClusterStart(#[from] cluster::link::StartError),
+}
+
+/// Serves amble on `listener` until `shutdown` completes, then closes every
+/// WebSocket with 1001 and returns once they are closed (or after
+/// `config.shutdown_timeout_ms`).
+pub async fn serve(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    let gate = Gate::from_config(&config)?;
+    match &gate {
+        Gate::Open => warn!(
+            "no --auth-hs256-secret-file or --auth-public-key-file: \
+             anyone may join any room with any name (open mode)"
+        ),
+        Gate::Tokens(verifier) => info!(
+            algorithm = ?verifier.algorithm(),
+            "tokens required: every Join must carry a token signed with the configured key"
+        ),
+    }
+    let metrics_token = match &config.metrics_token_file {
+        Some(path) => Some(MetricsToken::read(path)?),
+        None => {
+            info!(
+                "/metrics is open to anyone who can reach this server: --metrics-token-file guards it"
+            );
+            None
+        }
+    };
+    let open_files = capacity::open_files_limit();
+    let capacity = Capacity::fit(
+        open_files,
+        config.max_connections,
+        config.max_http_connections,
+    );
+    if capacity.lowered {
+        warn!(
+            open_files = open_files.unwrap_or_default(),
+            websockets = capacity.websockets,
+            http = capacity.http,
+            "the open-file limit ({limit}) cannot hold --max-connections {ws} + \
+             --max-http-connections {http} + {RESERVED_FILES} for the server itself: serving at \
+             most {ews} WebSocket and {ehttp} HTTP connections. Raise the limit (`ulimit -n`, \
+             systemd LimitNOFILE=, docker --ulimit nofile=) or lower those flags",
+            limit = open_files.unwrap_or_default(),
+            ws = config.max_connections,
+            http = config.max_http_connections,
+            ews = capacity.websockets,
+            ehttp = capacity.http,
+        );
+    }
+    let port = listener.local_addr().map_err(StartError::Listener)?.port();
+    let cluster_settings =
+        cluster::ClusterSettings::from_config(&config, port).map_err(StartError::Cluster)?;
+    let shared = shared::state(config, gate, metrics_token, capacity, open_files);
+    let http = Http::new(Arc::clone(&shared), capacity.http as usize);
+    if let Some(settings) = cluster_settings {
+        let cluster = cluster::link::start(
+            settings,
+            Arc::clone(&shared.metrics),
+            shared.rules.clone(),
+            shared.clock,
+        )
+        .await?;
+        shared.rooms.attach_cluster(Arc::clone(&cluster));
+        let _ = shared.cluster.set(cluster);
+    }
+    let config = Arc::clone(&shared.config);
+    let token = shared.shutdown.clone();
+    let ticker = tokio::spawn(Arc::clone(&shared.rooms).run_ticker(token.clone()));
+    let cutter = tokio::spawn(Arc::clone(&shared.rooms).run_cutter(token.clone()));
+    let accept = tokio::spawn(accept_loop(
+        listener,
+        Arc::clone(&http),
+        Arc::clone(&shared.addresses),
+        Arc::new(Semaphore::new(capacity.sockets())),
+        Arc::clone(&shared.metrics),
+        config.socket_send_buffer as usize,
+        token.clone(),
+    ));
+
+    shutdown.await;
+    let stop_by = tokio::time::Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
+    if let Some(cluster) = shared.cluster.get() {
+        // First, so the other nodes remove this node's members at once.
+        let rooms = u32::try_from(shared.metrics.rooms.get()).unwrap_or(0);
+        let members = u32::try_from(shared.metrics.members.get()).unwrap_or(0);
+        cluster.stop(rooms, members).await;
+    }
+    info!("shutting down: closing every connection with 1001");
+    shared.rooms.begin_shutdown();
+    token.cancel();
+    // The loop stops at once; it owns the listener, which closes with it.
+    let _ = accept.await;
+    // HTTP connections finish what they are answering (each within a short
+    // drain of its own); socket tasks close with 1001.
+    http.tasks.close();
+    shared.sockets.close();
+    let closed = async {
+        http.tasks.wait().await;
+        shared.sockets.wait().await;
+    };
+    if tokio::time::timeout_at(stop_by, closed).await.is_err() {
+        warn!(
+            websockets = shared.sockets.len(),
+            http = http.tasks.len(),
+            "shutdown timeout: some connections did not close in time"
+        );
+    }
+    let _ = ticker.await;
+    let _ = cutter.await;
+    info!("stopped");
+    Ok(())
+}

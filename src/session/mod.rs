@@ -1,0 +1,7 @@
+//! One WebSocket, from the upgrade to its close: the connection loop
+//! ([`connection`], with the close codes every ending maps to) and the
+//! socket's write side ([`outbox`]), which rooms write into directly. The
+//! only code that touches a client socket.
+
+pub mod connection;
+pub mod outbox;
