@@ -10,6 +10,7 @@
 //!   target URL, the schedule (ramp, warm-up, window, drain).
 //! - [`wire`]: connecting from a chosen source address; frame byte counts.
 //! - [`bot`]: one bot's task: join, move, read, close.
+//! - `random`: the seedable generator each bot owns (SplitMix64).
 //! - [`ledger`]: delivery accounting, without I/O or clock.
 //! - [`stats`]: per-thread counters and histograms; the mergeable tally.
 //! - [`load`]: the engine, and running it alone, as parent or as child.
@@ -31,6 +32,7 @@ pub mod limits;
 pub mod load;
 pub mod opts;
 pub mod plan;
+mod random;
 pub mod report;
 pub mod rpc;
 pub mod scrape;

@@ -265,7 +265,7 @@ pub fn run_tag() -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut rng = crate::bot::SplitMix::new(nanos ^ (u64::from(std::process::id()) << 32));
+    let mut rng = crate::random::SplitMix::new(nanos ^ (u64::from(std::process::id()) << 32));
     format!("{:06x}", rng.next_u64() & 0xff_ffff)
 }
 
