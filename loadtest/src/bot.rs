@@ -18,8 +18,7 @@ use tokio::time::{sleep_until, timeout};
 use tokio_tungstenite::tungstenite::Message;
 
 use crate::ledger::{FrameTally, Ledger, Seen, Sent, Trail};
-use crate::opts::Movement;
-use crate::plan::{Plan, Schedule, unix_ms};
+use crate::plan::{Movement, Plan, Schedule, unix_ms};
 use crate::random::SplitMix;
 use crate::stats::{AtomicCounts, ErrorKind, Shard, Stats};
 use crate::wire::{self, Socket, frame_bytes};
