@@ -31,6 +31,7 @@ pub fn rss_bytes() -> Option<u64> {
 }
 
 /// The soft limit on open files of this process.
+#[cfg(test)]
 pub fn open_files_limit() -> Option<u64> {
     let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
     let line = limits.lines().find(|l| l.starts_with("Max open files"))?;

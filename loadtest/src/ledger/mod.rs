@@ -140,6 +140,7 @@ pub struct Seen {
     pub motion: Option<Motion>,
 }
 
+#[cfg(test)]
 impl Seen {
     pub fn bot(id: MemberId, trail: Arc<Trail>, motion: Option<Motion>) -> Self {
         Self {
@@ -208,6 +209,7 @@ impl Ledger {
     }
 
     /// Bots of this run in view, this bot included.
+    #[cfg(test)]
     pub fn members(&self) -> u32 {
         self.count
     }

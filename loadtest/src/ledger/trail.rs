@@ -110,6 +110,7 @@ impl Trail {
     }
 
     /// The newest remembered move with this motion.
+    #[cfg(test)]
     pub fn find(&self, motion: &Motion) -> Option<Sent> {
         let ring = self.ring();
         ring.find(motion)
