@@ -31,8 +31,6 @@
 //! The sender's side, its [`Trail`], is `trail`; the receiver's, its
 //! [`Ledger`], is here.
 
-#[cfg(test)]
-mod tests;
 mod trail;
 
 use std::sync::Arc;
@@ -138,25 +136,6 @@ pub struct Seen {
     pub bot: Option<Arc<Trail>>,
     /// Where the message shows it.
     pub motion: Option<Motion>,
-}
-
-#[cfg(test)]
-impl Seen {
-    pub fn bot(id: MemberId, trail: Arc<Trail>, motion: Option<Motion>) -> Self {
-        Self {
-            id,
-            bot: Some(trail),
-            motion,
-        }
-    }
-
-    pub fn stranger(id: MemberId) -> Self {
-        Self {
-            id,
-            bot: None,
-            motion: None,
-        }
-    }
 }
 
 /// One bot's view of its room, kept in step with the room's messages.
@@ -409,3 +388,6 @@ impl Ledger {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,6 +6,26 @@
 use super::*;
 use amble::protocol::Position;
 
+/// Test-only constructors: the bot reads members from the server's
+/// messages instead (`bot::session`).
+impl Seen {
+    pub fn bot(id: MemberId, trail: Arc<Trail>, motion: Option<Motion>) -> Self {
+        Self {
+            id,
+            bot: Some(trail),
+            motion,
+        }
+    }
+
+    pub fn stranger(id: MemberId) -> Self {
+        Self {
+            id,
+            bot: None,
+            motion: None,
+        }
+    }
+}
+
 fn at(x: u32) -> Motion {
     Motion::standing(Position { x, y: x })
 }
