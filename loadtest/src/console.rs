@@ -184,13 +184,4 @@ impl Console {
         eprintln!("{line}");
         self.last = Some((now, *status));
     }
-
-    /// A line of its own (a warning, a sweep row).
-    pub fn note(&self, line: &str) {
-        if let Some(bar) = &self.bar {
-            bar.suspend(|| eprintln!("{line}"));
-        } else {
-            eprintln!("{line}");
-        }
-    }
 }

@@ -5,47 +5,61 @@
 //!
 //! # Layout
 //!
-//! - [`opts`]: command-line options, presets, their resolution into a plan.
-//! - [`plan`]: the resolved plan (shared with child processes as JSON), the
-//!   target URL, the schedule (ramp, warm-up, window, drain).
-//! - [`wire`]: connecting from a chosen source address; frame byte counts.
-//! - [`bot`]: one bot's task: join, move, read, close.
-//! - [`ledger`]: delivery accounting, without I/O or clock.
-//! - [`stats`]: per-thread counters and histograms; the mergeable tally.
-//! - [`load`]: the engine, and running it alone, as parent or as child.
-//! - [`rpc`], [`sweep`]: the other two scenarios.
-//! - [`scrape`]: each node's `/metrics`; [`varz`]: the NATS server's
-//!   `/varz`; [`usage`]: this process's CPU.
-//! - [`limits`]: open files, raised at start; [`stop`]: Ctrl-C, SIGTERM.
-//! - [`report`], [`console`]: what is printed at the end and meanwhile.
+//! A run flows plan -> bots -> ledger -> report. Linked modules are public
+//! (the binary and the tests use them); the rest are private.
+//!
+//! - `opts`: command-line options, presets, their resolution into a plan.
+//! - [`plan`]: the resolved plan (shared with child processes as JSON), how
+//!   bots move, the target URL, the schedule (ramp, warm-up, window, drain).
+//! - `wire`: connecting from a chosen source address; frame byte counts.
+//! - `bot/`: one bot's task: what a process's bots share, joining (in
+//!   `mod.rs`), the joined bot's loop (`session`), its moves (`mover`).
+//! - `ledger/`: delivery accounting, without I/O or clock: a receiver's
+//!   view (in `mod.rs`), a sender's trail of recent moves (`trail`).
+//! - `stats`: per-thread counters and histograms; the mergeable tally.
+//! - `load`: the engine, and running it alone, as parent or as child.
+//! - `rpc`, `sweep`: the other two scenarios.
+//! - [`scrape`]: each node's `/metrics`; `varz`: the NATS server's
+//!   `/varz`; `usage`: this process's CPU and memory.
+//! - `limits`: open files, raised at start; [`stop`]: Ctrl-C, SIGTERM;
+//!   `random`: the seedable generator each bot owns.
+//! - `report`, `console`: what is printed at the end and meanwhile.
+//!
+//! No import cycle: `plan` imports only `limits` and `random`; `bot`
+//! imports `plan`, `random`, `wire`, `ledger` and `stats`; `report` imports
+//! `plan`, `stats`, `scrape` and `varz`, never a bot; `ledger`, `stats`,
+//! `random`, `limits`, `usage` and `stop` import nothing of the crate; the
+//! scenarios (`load`, `rpc`, `sweep`) and `console` sit on top.
 //!
 //! Measuring must not bend the result: one multi-threaded runtime, one task
 //! per bot, histograms per thread merged when read, no lock shared by all
 //! bots on the receive path, every network wait under a timeout and every
 //! run bounded by its schedule.
 
-pub mod bot;
-pub mod console;
-pub mod ledger;
-pub mod limits;
-pub mod load;
-pub mod opts;
+mod bot;
+mod console;
+mod ledger;
+mod limits;
+mod load;
+mod opts;
 pub mod plan;
-pub mod report;
-pub mod rpc;
+mod random;
+mod report;
+mod rpc;
 pub mod scrape;
-pub mod stats;
+mod stats;
 pub mod stop;
-pub mod sweep;
-pub mod usage;
-pub mod varz;
-pub mod wire;
+mod sweep;
+mod usage;
+mod varz;
+mod wire;
 
 use std::fmt;
 
 use anyhow::Context as _;
 use serde::Serialize;
 
+pub use load::Unreachable;
 pub use opts::Opts;
 pub use report::LoadReport;
 pub use rpc::RpcReport;

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::Parser as _;
-use loadtest::load::Unreachable;
+use loadtest::Unreachable;
 use loadtest::{Opts, Stop};
 
 /// Exit status when thresholds given on the command line were missed.

@@ -15,7 +15,7 @@ use clap::{Parser, ValueEnum};
 use serde::{Deserialize, Serialize};
 
 use crate::limits::{self, OpenFiles};
-use crate::plan::{Plan, RoomNames, Tolerance, parse_targets};
+use crate::plan::{Movement, Plan, RoomNames, Tolerance, parse_targets};
 
 /// amble's bot load tester: spawns bots that join rooms and move the way
 /// people do, and measures bandwidth, delivery rate, latency and what the
@@ -230,16 +230,6 @@ pub enum Preset {
     Xmpp1000,
     /// --bots bots (default 15,000), rooms of 30, a move every second.
     Rush,
-}
-
-/// How bots move.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Movement {
-    /// Click-to-move: one message per walk, a target and a speed.
-    Walk,
-    /// Free movement: a plain position each interval.
-    Wander,
 }
 
 /// Source addresses to bind before connecting, all in 127.0.0.0/8.

@@ -11,9 +11,8 @@ use std::ops::Range;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context as _, bail, ensure};
+use clap::ValueEnum;
 use serde::{Deserialize, Serialize};
-
-use crate::opts::Movement;
 
 /// Time after the window closes during which bots still receive (but no
 /// longer send), so deliveries in flight are counted: 1 s plus two ticks of
@@ -59,6 +58,16 @@ pub struct Plan {
     /// What does not fail the run.
     #[serde(default)]
     pub tolerate: Tolerance,
+}
+
+/// How bots move.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Movement {
+    /// Click-to-move: one message per walk, a target and a speed.
+    Walk,
+    /// Free movement: a plain position each interval.
+    Wander,
 }
 
 /// How a run's rooms are named.
@@ -265,7 +274,7 @@ pub fn run_tag() -> String {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0);
-    let mut rng = crate::bot::SplitMix::new(nanos ^ (u64::from(std::process::id()) << 32));
+    let mut rng = crate::random::SplitMix::new(nanos ^ (u64::from(std::process::id()) << 32));
     format!("{:06x}", rng.next_u64() & 0xff_ffff)
 }
 

@@ -8,8 +8,7 @@ use std::fmt;
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 
-use crate::opts::Movement;
-use crate::plan::Plan;
+use crate::plan::{Movement, Plan};
 use crate::scrape::{ClusterUsage, ServerUsage};
 use crate::stats::{ErrorKind, Tally};
 use crate::varz::NatsUsage;

@@ -30,16 +30,17 @@ pub fn rss_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// The soft limit on open files of this process.
-pub fn open_files_limit() -> Option<u64> {
-    let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
-    let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
-    line.split_whitespace().nth(3)?.parse().ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The soft limit on open files of this process (the run reads it
+    /// through `limits`).
+    fn open_files_limit() -> Option<u64> {
+        let limits = std::fs::read_to_string("/proc/self/limits").ok()?;
+        let line = limits.lines().find(|l| l.starts_with("Max open files"))?;
+        line.split_whitespace().nth(3)?.parse().ok()
+    }
 
     #[test]
     fn stat_fields() {

@@ -555,7 +555,7 @@ async fn unreachable_server_says_how_to_start_it() {
         .await
         .expect_err("nothing listens there");
     let unreachable = err
-        .downcast_ref::<loadtest::load::Unreachable>()
+        .downcast_ref::<loadtest::Unreachable>()
         .expect("Unreachable");
     assert!(
         unreachable.to_string().contains("cargo run --release"),
