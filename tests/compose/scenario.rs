@@ -1,7 +1,8 @@
 //! The scenario, in the order a person trying the demo meets it: the images,
 //! `up`, two pages on two nodes, a node killed and started again, the bots,
 //! a rolling restart, then what only containers can show: a node cut off
-//! from NATS, NATS restarted, a node paused; and `down`.
+//! from NATS, NATS restarted, NATS stopped past the node timeout, a node
+//! paused; and `down`.
 //!
 //! Bounds: 5 s where issue 16 asks for 5 s (asserted on the measured time;
 //! the waits themselves run up to 15 s so a miss reports how long it took).
@@ -104,6 +105,10 @@ async fn compose_demo_on_two_nodes_survives_kills_restarts_and_partitions() {
         a_node_cut_off_from_nats_serves_its_own_and_heals(&project, &mut t, &ada, &bo, &everyone)
             .await;
         nats_restarted_under_load_the_rooms_converge(&project, &mut t, &ada, &bo, &everyone).await;
+        nats_stopped_past_the_node_timeout_each_node_serves_its_own(
+            &project, &mut t, &ada, &bo, &everyone,
+        )
+        .await;
         a_paused_node_comes_back_without_duplicates(&project, &mut t, &ada, &bo, &everyone).await;
 
         project.compose(&["stop", "bots"]).await;
@@ -494,6 +499,10 @@ async fn a_node_cut_off_from_nats_serves_its_own_and_heals(
         secs(said)
     ));
     await_cluster_line(project, Service::Amble1, "connected, 0 peers").await;
+    t.record(format!(
+        "partition: amble-1's /healthz says \"{}\"",
+        cluster_line(project, Service::Amble1).await
+    ));
     // The cut-off node still serves its members: its bots walk on Bo's page.
     someone_on_slot_moves(bo, 2, FIVE_S).await;
     bo.screenshot("partition-amble-2-alone").await;
@@ -527,6 +536,56 @@ async fn nats_restarted_under_load_the_rooms_converge(
         FIVE_S,
     );
     stays(&[ada, bo], everyone, STABLE, "after NATS restarted").await;
+    await_cluster_whole(project).await;
+}
+
+/// A longer outage than `restart`: NATS stopped until both rooms have
+/// shrunk to their own node's members, then started again.
+async fn nats_stopped_past_the_node_timeout_each_node_serves_its_own(
+    project: &Project,
+    t: &mut Timings,
+    ada: &Page,
+    bo: &Page,
+    everyone: &Roster,
+) {
+    project.compose(&["stop", "nats"]).await;
+    let stopped = Instant::now();
+    for (page, slot, node) in [(ada, 1, Service::Amble1), (bo, 2, Service::Amble2)] {
+        await_roster(
+            page,
+            "the room to shrink to this node's own members",
+            WAIT,
+            exactly(&everyone.on_slot(slot)),
+        )
+        .await;
+        t.within(
+            &format!(
+                "stop nats: {}'s room shrinks to its own members",
+                node.name()
+            ),
+            stopped.elapsed(),
+            FIVE_S,
+        );
+        someone_on_slot_moves(page, slot, FIVE_S).await;
+    }
+    for node in [Service::Amble1, Service::Amble2] {
+        await_cluster_line(project, node, "NATS unreachable").await;
+        t.record(format!(
+            "stop nats: {}'s /healthz says \"{}\" ({} after the stop)",
+            node.name(),
+            cluster_line(project, node).await,
+            secs(stopped.elapsed())
+        ));
+    }
+    project.compose(&["start", "nats"]).await;
+    let started = Instant::now();
+    t.record(format!(
+        "stop nats: stopped for {}",
+        secs(started - stopped)
+    ));
+    let took = converge(ada, bo, everyone, started).await;
+    t.within("start nats: every view whole again", took, FIVE_S);
+    stays(&[ada, bo], everyone, STABLE, "after NATS started again").await;
     await_cluster_whole(project).await;
 }
 
