@@ -15,7 +15,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::driver::{Browser, Page, within};
-use crate::project::{Project, Service, Tool, http_get, run};
+use crate::project::{Project, Service, Tool, http_get};
 use crate::view::{
     Roster, await_roster, chats_and_is_read, exactly, gaps, join, open_and_join, own_id,
     reset_gaps, roster, someone_on_slot_moves, stays, walks_and_is_seen,
@@ -126,16 +126,54 @@ async fn compose_demo_on_two_nodes_survives_kills_restarts_and_partitions() {
     t.record(format!("the whole test: {}", secs(started.elapsed())));
 }
 
-/// `scripts/demo-images --no-env` with the test's tags; returns how long it took.
+/// `scripts/demo-images --no-env` with the test's tags; returns how long it
+/// took. Its output goes to target/demo-images/compose-test.log.
 async fn build_images(root: &Path) -> Duration {
     let start = Instant::now();
+    let log_path = root.join("target/demo-images/compose-test.log");
+    std::fs::create_dir_all(root.join("target/demo-images")).expect("create target/demo-images");
+    let log = std::fs::File::create(&log_path)
+        .unwrap_or_else(|err| panic!("create {}: {err}", log_path.display()));
     let mut cmd = Command::new(root.join("scripts/demo-images"));
     cmd.arg("--no-env")
         .current_dir(root)
         .env("AMBLE_IMAGE", AMBLE_IMAGE)
         .env("NATS_IMAGE", NATS_IMAGE)
-        .stdin(Stdio::null());
-    run("scripts/demo-images --no-env", cmd, IMAGES).await;
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("clone the log's handle"))
+        .stderr(log);
+    // Its `cargo build --release` must see the environment a shell gives it:
+    // the CARGO_PKG_*, CARGO_MANIFEST_* (and so on) that cargo sets for this
+    // test are named by build scripts' rerun-if-env-changed (ring's, for
+    // one), and would rebuild them, and again at the next build from a shell.
+    for (key, _) in std::env::vars_os() {
+        let key = key.to_string_lossy();
+        let set_by_cargo = key.starts_with("CARGO_")
+            && !matches!(&*key, "CARGO_HOME" | "CARGO_TARGET_DIR")
+            && !key.starts_with("CARGO_BUILD_")
+            && !key.starts_with("CARGO_PROFILE_");
+        if set_by_cargo || key == "OUT_DIR" {
+            cmd.env_remove(&*key);
+        }
+    }
+    let mut child = tokio::process::Command::from(cmd)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|err| panic!("could not run scripts/demo-images: {err}"));
+    let status = match tokio::time::timeout(IMAGES, child.wait()).await {
+        Ok(status) => status.expect("wait for scripts/demo-images"),
+        Err(_) => panic!(
+            "scripts/demo-images took longer than {IMAGES:?}; its output is in {}",
+            log_path.display()
+        ),
+    };
+    if !status.success() {
+        let out = std::fs::read_to_string(&log_path).unwrap_or_default();
+        panic!(
+            "scripts/demo-images --no-env: {status}; its output ({}):\n{out}",
+            log_path.display()
+        );
+    }
     start.elapsed()
 }
 
@@ -238,30 +276,47 @@ async fn a_killed_node_drops_its_members_and_its_page_comes_back(
 ) {
     let ada_id = own_id(ada).await;
     let bo_old = own_id(bo).await;
-    project.compose(&["kill", "amble-2"]).await;
+    reset_gaps(bo).await;
+    // `docker kill` on the container is what `compose kill` asks the engine
+    // for; the docker CLI starts in milliseconds, where docker-compose v1
+    // (Python) takes one or two seconds on a busy machine, which would blur
+    // the time measured from here.
+    let amble_2 = project.container(Service::Amble2).await;
     let killed = Instant::now();
+    crate::project::docker(&["kill", &amble_2]).await;
+    t.record(format!(
+        "kill amble-2: the command took {}",
+        secs(killed.elapsed())
+    ));
 
-    await_roster(ada, "Bo's member on amble-2 to leave", WAIT, |r| {
-        if r.0.contains_key(&bo_old) {
-            Err(format!("Bo#{bo_old} still shown: {r}"))
-        } else {
-            Ok(())
-        }
-    })
-    .await;
-    let gone = killed.elapsed();
-    await_roster(
-        bo,
-        "Bo back in the lobby through amble-1",
-        WAIT,
-        |r| match r.id_of("Bo") {
-            Some(id) if id % 16 == 1 && r.0.contains_key(&ada_id) => Ok(()),
-            _ => Err(format!("{r}: {:?}", r.0)),
+    // Both at once, each timed from the kill: Bo's page may be back through
+    // amble-1 before amble-1 has dropped Bo's old member.
+    let (gone, back) = tokio::join!(
+        async {
+            await_roster(ada, "Bo's member on amble-2 to leave", WAIT, |r| {
+                if r.0.contains_key(&bo_old) {
+                    Err(format!("Bo#{bo_old} still shown: {r}"))
+                } else {
+                    Ok(())
+                }
+            })
+            .await;
+            killed.elapsed()
         },
-    )
-    .await;
-    // Measured from the kill; Bo may be back before its old member left.
-    let back = killed.elapsed();
+        async {
+            await_roster(
+                bo,
+                "Bo back in the lobby through amble-1",
+                WAIT,
+                |r| match r.id_of("Bo") {
+                    Some(id) if id % 16 == 1 && r.0.contains_key(&ada_id) => Ok(()),
+                    _ => Err(format!("{r}: {:?}", r.0)),
+                },
+            )
+            .await;
+            killed.elapsed()
+        },
+    );
     let bo_new = own_id(bo).await;
     let both = Roster([(ada_id, "Ada".to_owned()), (bo_new, "Bo".to_owned())].into());
     await_roster(ada, "Bo back, through amble-1", WAIT, exactly(&both)).await;
@@ -275,6 +330,13 @@ async fn a_killed_node_drops_its_members_and_its_page_comes_back(
         back,
         FIVE_S,
     );
+    // How much of that the page spent out of its room (the rest, it had not
+    // yet seen its connection go).
+    let (_, out_ms) = gaps(bo).await;
+    t.record(format!(
+        "kill amble-2: of which its page was out of its room {:.2} s",
+        out_ms / 1e3
+    ));
     let state = project.health(Service::Amble2).await;
     assert!(
         state.starts_with("exited"),
@@ -464,35 +526,50 @@ async fn a_node_cut_off_from_nats_serves_its_own_and_heals(
 ) {
     let net = project.network("nats").await;
     let amble_2 = project.container(Service::Amble2).await;
-    crate::project::docker(&["network", "disconnect", &net, &amble_2]).await;
     let cut = Instant::now();
+    crate::project::docker(&["network", "disconnect", &net, &amble_2]).await;
+    t.record(format!(
+        "partition: the disconnect took {}",
+        secs(cut.elapsed())
+    ));
 
-    await_roster(
-        ada,
-        "amble-2's members to leave amble-1's room",
-        WAIT,
-        exactly(&everyone.on_slot(1)),
-    )
-    .await;
-    let other = cut.elapsed();
+    // Each view and amble-2's /healthz at once, each timed from the cut.
+    let (other, local, said) = tokio::join!(
+        async {
+            await_roster(
+                ada,
+                "amble-2's members to leave amble-1's room",
+                WAIT,
+                exactly(&everyone.on_slot(1)),
+            )
+            .await;
+            cut.elapsed()
+        },
+        async {
+            await_roster(
+                bo,
+                "amble-2's room to shrink to its own members",
+                WAIT,
+                exactly(&everyone.on_slot(2)),
+            )
+            .await;
+            cut.elapsed()
+        },
+        async {
+            await_cluster_line(project, Service::Amble2, "NATS unreachable").await;
+            cut.elapsed()
+        },
+    );
     t.within(
         "partition: amble-1 drops the cut-off amble-2's members",
         other,
         FIVE_S,
     );
-    await_roster(
-        bo,
-        "amble-2's room to shrink to its own members",
-        WAIT,
-        exactly(&everyone.on_slot(2)),
-    )
-    .await;
-    t.record(format!(
-        "partition: the cut-off amble-2's room shrinks to its own members after {}",
-        secs(cut.elapsed())
-    ));
-    await_cluster_line(project, Service::Amble2, "NATS unreachable").await;
-    let said = cut.elapsed();
+    t.within(
+        "partition: the cut-off amble-2's room shrinks to its own members",
+        local,
+        FIVE_S,
+    );
     t.record(format!(
         "partition: amble-2's /healthz says \"{}\" ({} after the cut)",
         cluster_line(project, Service::Amble2).await,
@@ -507,8 +584,8 @@ async fn a_node_cut_off_from_nats_serves_its_own_and_heals(
     someone_on_slot_moves(bo, 2, FIVE_S).await;
     bo.screenshot("partition-amble-2-alone").await;
 
-    crate::project::docker(&["network", "connect", &net, &amble_2]).await;
     let healed = Instant::now();
+    crate::project::docker(&["network", "connect", &net, &amble_2]).await;
     let took = converge(ada, bo, everyone, healed).await;
     t.within("partition healed: every view whole again", took, FIVE_S);
     stays(&[ada, bo], everyone, STABLE, "after the partition healed").await;
@@ -522,16 +599,20 @@ async fn nats_restarted_under_load_the_rooms_converge(
     bo: &Page,
     everyone: &Roster,
 ) {
+    // Timed from when NATS answers again, seen on its monitor port.
     let start = Instant::now();
-    project.compose(&["restart", "nats"]).await;
-    let restarted = Instant::now();
+    let (_, (gone, back)) = tokio::join!(project.compose(&["restart", "nats"]), async {
+        let gone = await_nats(project, false).await;
+        (gone, await_nats(project, true).await)
+    });
     t.record(format!(
-        "restart nats: the command took {}",
-        secs(restarted - start)
+        "restart nats: NATS away for {} ({} after the command began)",
+        secs(back - gone),
+        secs(gone - start)
     ));
-    let took = converge(ada, bo, everyone, restarted).await;
+    let took = converge(ada, bo, everyone, back).await;
     t.within(
-        "restart nats: every view whole after it is back",
+        "restart nats: every view whole after NATS is back",
         took,
         FIVE_S,
     );
@@ -539,8 +620,33 @@ async fn nats_restarted_under_load_the_rooms_converge(
     await_cluster_whole(project).await;
 }
 
+/// Whether NATS's monitor answers `/healthz` with 200.
+async fn nats_answers(project: &Project) -> bool {
+    let monitor = std::net::SocketAddr::from(([127, 0, 0, 1], project.ports.nats_monitor));
+    matches!(http_get(monitor, "/healthz").await, Some((200, _)))
+}
+
+/// Polls NATS's monitor until it answers (`answering`) or stops answering;
+/// returns when it first did.
+async fn await_nats(project: &Project, answering: bool) -> Instant {
+    let start = Instant::now();
+    loop {
+        if nats_answers(project).await == answering {
+            return Instant::now();
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "NATS's monitor (127.0.0.1:{}) still {} after 30 s",
+            project.ports.nats_monitor,
+            if answering { "silent" } else { "answering" }
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// A longer outage than `restart`: NATS stopped until both rooms have
-/// shrunk to their own node's members, then started again.
+/// shrunk to their own node's members, then started again. Timed from when
+/// NATS's monitor stopped (then started) answering.
 async fn nats_stopped_past_the_node_timeout_each_node_serves_its_own(
     project: &Project,
     t: &mut Timings,
@@ -548,9 +654,17 @@ async fn nats_stopped_past_the_node_timeout_each_node_serves_its_own(
     bo: &Page,
     everyone: &Roster,
 ) {
-    project.compose(&["stop", "nats"]).await;
-    let stopped = Instant::now();
-    for (page, slot, node) in [(ada, 1, Service::Amble1), (bo, 2, Service::Amble2)] {
+    let start = Instant::now();
+    let (_, stopped) = tokio::join!(
+        project.compose(&["stop", "nats"]),
+        await_nats(project, false)
+    );
+    t.record(format!(
+        "stop nats: NATS gone {} after the command began",
+        secs(stopped - start)
+    ));
+    // Both views and both /healthz at once, each timed from the stop.
+    let shrink = |page, slot| async move {
         await_roster(
             page,
             "the room to shrink to this node's own members",
@@ -558,27 +672,43 @@ async fn nats_stopped_past_the_node_timeout_each_node_serves_its_own(
             exactly(&everyone.on_slot(slot)),
         )
         .await;
+        stopped.elapsed()
+    };
+    let unreachable = |node| async move {
+        await_cluster_line(project, node, "NATS unreachable").await;
+        stopped.elapsed()
+    };
+    let (shrunk_1, shrunk_2, said_1, said_2) = tokio::join!(
+        shrink(ada, 1),
+        shrink(bo, 2),
+        unreachable(Service::Amble1),
+        unreachable(Service::Amble2),
+    );
+    for (node, shrunk, said) in [
+        (Service::Amble1, shrunk_1, said_1),
+        (Service::Amble2, shrunk_2, said_2),
+    ] {
         t.within(
             &format!(
                 "stop nats: {}'s room shrinks to its own members",
                 node.name()
             ),
-            stopped.elapsed(),
+            shrunk,
             FIVE_S,
         );
-        someone_on_slot_moves(page, slot, FIVE_S).await;
-    }
-    for node in [Service::Amble1, Service::Amble2] {
-        await_cluster_line(project, node, "NATS unreachable").await;
         t.record(format!(
-            "stop nats: {}'s /healthz says \"{}\" ({} after the stop)",
+            "stop nats: {}'s /healthz says NATS is unreachable {} after the stop",
             node.name(),
-            cluster_line(project, node).await,
-            secs(stopped.elapsed())
+            secs(said)
         ));
     }
-    project.compose(&["start", "nats"]).await;
-    let started = Instant::now();
+    // Each node still serves its own members: their bots walk on its page.
+    someone_on_slot_moves(ada, 1, FIVE_S).await;
+    someone_on_slot_moves(bo, 2, FIVE_S).await;
+    let (_, started) = tokio::join!(
+        project.compose(&["start", "nats"]),
+        await_nats(project, true)
+    );
     t.record(format!(
         "stop nats: stopped for {}",
         secs(started - stopped)
@@ -596,8 +726,14 @@ async fn a_paused_node_comes_back_without_duplicates(
     bo: &Page,
     everyone: &Roster,
 ) {
-    project.compose(&["pause", "amble-2"]).await;
+    // `docker pause` and `unpause`: see the kill, above.
+    let amble_2 = project.container(Service::Amble2).await;
     let paused = Instant::now();
+    crate::project::docker(&["pause", &amble_2]).await;
+    t.record(format!(
+        "pause amble-2: the command took {}",
+        secs(paused.elapsed())
+    ));
     await_roster(
         ada,
         "the paused amble-2's members to leave",
@@ -609,12 +745,12 @@ async fn a_paused_node_comes_back_without_duplicates(
     t.within("pause amble-2: amble-1 drops its members", dropped, FIVE_S);
     // Past the node timeout (3 s) by a second more.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    project.compose(&["unpause", "amble-2"]).await;
     let resumed = Instant::now();
     t.record(format!(
         "pause amble-2: paused for {}",
         secs(resumed - paused)
     ));
+    crate::project::docker(&["unpause", &amble_2]).await;
     let took = converge(ada, bo, everyone, resumed).await;
     t.within("unpause amble-2: every view whole again", took, FIVE_S);
     stays(&[ada, bo], everyone, STABLE, "after amble-2 resumed").await;
