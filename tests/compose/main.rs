@@ -7,7 +7,8 @@
 //!
 //! Every figure the test measures is printed and written to
 //! target/browser-artifacts/compose_demo/timings.txt (docs/cluster.md
-//! quotes them); screenshots go beside it.
+//! quotes them); screenshots go beside it, with every container's log
+//! (compose-logs.txt) and the bots' report of the rolling restart.
 
 mod project;
 mod scenario;

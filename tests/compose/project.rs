@@ -125,6 +125,57 @@ impl Service {
     }
 }
 
+/// Every project of this test is named this, then the test's process id.
+const PREFIX: &str = "amble-compose-test-";
+
+/// Removes what earlier runs of this test left in Docker when they could not
+/// clean up (killed, or a CI timeout): the containers and networks of every
+/// `amble-compose-test-<pid>` project whose process is gone.
+pub async fn remove_stale_projects() {
+    let projects = docker(&[
+        "ps",
+        "--all",
+        "--filter",
+        "label=com.docker.compose.project",
+        "--format",
+        "{{.Label \"com.docker.compose.project\"}}",
+    ])
+    .await;
+    let mut stale: Vec<&str> = projects
+        .lines()
+        .filter(|p| {
+            p.strip_prefix(PREFIX)
+                .and_then(|pid| pid.parse::<u32>().ok())
+                .is_some_and(|pid| !Path::new(&format!("/proc/{pid}")).exists())
+        })
+        .collect();
+    stale.sort_unstable();
+    stale.dedup();
+    for project in stale {
+        let label = format!("label=com.docker.compose.project={project}");
+        let containers = docker(&["ps", "--all", "--quiet", "--filter", &label]).await;
+        let containers: Vec<&str> = containers.split_whitespace().collect();
+        if !containers.is_empty() {
+            // A paused container cannot be removed until it is unpaused.
+            let mut unpause = vec!["unpause"];
+            unpause.extend(&containers);
+            let mut cmd = Command::new("docker");
+            cmd.args(&unpause)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let _ = cmd.status();
+            let mut rm = vec!["rm", "--force", "--volumes"];
+            rm.extend(&containers);
+            docker(&rm).await;
+        }
+        let networks = docker(&["network", "ls", "--quiet", "--filter", &label]).await;
+        for network in networks.split_whitespace() {
+            docker(&["network", "rm", network]).await;
+        }
+        println!("compose test: removed project {project}, left by a run that is gone");
+    }
+}
+
 /// docker-compose.yml run as project `name`.
 pub struct Project {
     tool: Tool,
@@ -133,6 +184,8 @@ pub struct Project {
     pub ports: Ports,
     env: Vec<(&'static str, String)>,
     down: bool,
+    /// Where `down` (or the drop, after a failure) saves every service's log.
+    logs: Option<PathBuf>,
 }
 
 impl Project {
@@ -140,7 +193,7 @@ impl Project {
     /// the images `amble_image` and `nats_image`. Nothing starts yet.
     pub fn new(tool: Tool, root: &Path, amble_image: &str, nats_image: &str) -> Self {
         let ports = Ports::free();
-        let name = format!("amble-compose-test-{}", std::process::id());
+        let name = format!("{PREFIX}{}", std::process::id());
         // The environment beats a .env file, so a user's .env changes nothing here.
         let env = vec![
             ("AMBLE_IMAGE", amble_image.to_owned()),
@@ -156,7 +209,13 @@ impl Project {
             ports,
             env,
             down: false,
+            logs: None,
         }
+    }
+
+    /// Saves every service's log to `path` when the project goes down.
+    pub fn keep_logs(&mut self, path: PathBuf) {
+        self.logs = Some(path);
     }
 
     fn command(&self) -> Command {
@@ -276,6 +335,10 @@ impl Project {
     /// `down`: stops and removes the containers and networks; the drop does
     /// nothing more.
     pub async fn down(&mut self) {
+        if let Some(path) = &self.logs {
+            let logs = self.compose(&["logs", "--no-color", "--timestamps"]).await;
+            let _ = std::fs::write(path, logs);
+        }
         self.compose(&["down", "--volumes", "--remove-orphans", "--timeout", "10"])
             .await;
         self.down = true;
@@ -287,8 +350,16 @@ impl Drop for Project {
         if self.down {
             return;
         }
-        // A test that failed: take everything down, whatever state it is in
-        // (a paused container cannot be stopped, so unpause first).
+        // A test that failed: keep the logs, then take everything down,
+        // whatever state it is in (a paused container cannot be stopped, so
+        // unpause first).
+        if let Some(path) = &self.logs {
+            let mut cmd = self.command();
+            cmd.args(["logs", "--no-color", "--timestamps"]);
+            if let Ok(out) = cmd.output() {
+                let _ = std::fs::write(path, out.stdout);
+            }
+        }
         for args in [
             &["unpause"][..],
             &["down", "--volumes", "--remove-orphans", "--timeout", "5"][..],
