@@ -664,6 +664,7 @@ impl Drop for Membership {
     }
 }
 
+mod grid;
 mod remote;
 pub mod sink;
 mod tick;

@@ -22,6 +22,7 @@ use async_nats::Subject;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use super::grid::TickGrid;
 use super::{Member, Room, Rooms, State, fan_out, member_pb};
 use crate::cluster::wire::{self, Op, RemoteMember, Update, UpdateParts};
 use crate::cluster::{Cluster, RoomSide};
@@ -941,20 +942,20 @@ impl Rooms {
         }
         let sweep_every = (1_000 / tick_ms).max(1);
         let mut cuts: u64 = 0;
-        let lead_ms = u64::try_from(cluster.settings.lead.as_millis())
-            .unwrap_or(0)
-            .min(tick_ms - 1);
-        let now_ms = self.clock.now_ms();
-        let next_tick = now_ms - now_ms % tick_ms + tick_ms;
-        let first = self.clock.instant_at(next_tick - lead_ms);
+        let lead_ms = u64::try_from(cluster.settings.lead.as_millis()).unwrap_or(0);
+        let Some(grid) = TickGrid::new(tick_ms, lead_ms) else {
+            return;
+        };
+        let first = self
+            .clock
+            .instant_at(grid.cut_before(grid.next_tick(self.clock.now_ms())));
         let mut interval = tokio::time::interval_at(first, self.settings.tick);
         interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 at = interval.tick() => {
-                    let ms = self.clock.ms_at(at) + lead_ms;
-                    let tick = (ms + tick_ms / 2) / tick_ms * tick_ms;
+                    let tick = grid.tick_after_cut(self.clock.ms_at(at));
                     cuts += 1;
                     let sweep = cuts.is_multiple_of(sweep_every);
                     self.each_room_sharded(workers, move |rooms, room| {

@@ -12,9 +12,10 @@ use std::ops::Range;
 use std::sync::{Arc, MutexGuard};
 
 use tokio::task::JoinSet;
-use tokio::time::{Instant, MissedTickBehavior};
+use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
+use super::grid::TickGrid;
 use super::{Member, Room, Rooms, State, fan_out};
 use crate::metrics::Metrics;
 use crate::protocol::{MemberId, MotionRecord, encode_motion, motion_time};
@@ -177,31 +178,22 @@ impl Rooms {
         let Ok(tick_ms) = u64::try_from(tick.as_millis()) else {
             return;
         };
-        if tick_ms == 0 {
+        let Some(grid) = TickGrid::new(tick_ms, 0) else {
             return;
-        }
+        };
         let workers = self.tick_workers();
-        let now_ms = self.clock.now_ms();
-        let first = self.clock.instant_at(now_ms - now_ms % tick_ms + tick_ms);
+        let first = self.clock.instant_at(grid.next_tick(self.clock.now_ms()));
         let mut interval = tokio::time::interval_at(first, tick);
         interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
         loop {
             tokio::select! {
                 () = shutdown.cancelled() => return,
                 at = interval.tick() => {
-                    let now_ms = self.tick_time_ms(at, tick_ms);
+                    let now_ms = grid.nearest_tick(self.clock.ms_at(at));
                     self.tick_sharded(workers, now_ms).await;
                 }
             }
         }
-    }
-
-    /// The server time of the tick scheduled at `at`, on the tick grid.
-    fn tick_time_ms(&self, at: Instant, tick_ms: u64) -> u64 {
-        let ms = self.clock.ms_at(at);
-        // Round to the nearest multiple: `at` is on the grid up to the
-        // millisecond truncation of the clock origin.
-        (ms + tick_ms / 2) / tick_ms * tick_ms
     }
 }
 

@@ -942,31 +942,33 @@ async fn held_updates_are_bounded_by_count_and_bytes_keeping_the_newest() {
     assert_eq!(oldest, Some(145 - count as u64), "the newest are kept");
 }
 
+/// Polls `fut` exactly once.
+async fn poll_once<F: std::future::Future>(
+    fut: std::pin::Pin<&mut F>,
+) -> std::task::Poll<F::Output> {
+    let mut fut = Some(fut);
+    std::future::poll_fn(|cx| {
+        let fut = fut.take().expect("polled once");
+        std::task::Poll::Ready(fut.poll(cx))
+    })
+    .await
+}
+
 #[tokio::test]
 async fn a_join_given_up_during_the_opening_leaves_the_room_to_close() {
     let mut node = Node::new("n1", 1);
-    // An opening in progress that never ends (NATS slow)...
+    // An opening in progress that never ends (NATS slow), polled once so
+    // it holds the room's opening...
     let room = node.rooms.handle("lobby");
-    let opening = {
-        let room = Arc::clone(&room);
-        tokio::spawn(async move {
-            room.opened.get_or_init(std::future::pending).await;
-        })
-    };
-    // ...and a join waiting for it, whose connection goes away.
-    let join = {
-        let rooms = Arc::clone(&node.rooms);
-        tokio::spawn(async move {
-            let sink: Arc<dyn Sink> = Arc::new(Frames::default());
-            let _ = rooms.join("lobby", "Ada".into(), sink).await;
-        })
-    };
-    tokio::task::yield_now().await;
-    tokio::task::yield_now().await;
+    let mut opening = std::pin::pin!(room.opened.get_or_init(std::future::pending));
+    assert!(poll_once(opening.as_mut()).await.is_pending());
+    // ...and a join polled once, so it waits for that opening; then its
+    // connection goes away (the join future is dropped).
+    let sink: Arc<dyn Sink> = Arc::new(Frames::default());
+    let mut join = Box::pin(node.rooms.join("lobby", "Ada".into(), sink));
+    assert!(poll_once(join.as_mut()).await.is_pending());
     assert_eq!(node.metrics().rooms.get(), 1);
-    join.abort();
-    assert!(join.await.is_err_and(|e| e.is_cancelled()));
-    opening.abort();
+    drop(join);
     // The test settings linger 0 ms: closed at once.
     assert_eq!(node.metrics().rooms.get(), 0);
     assert!(node.published().last().is_some_and(|(_, u)| u.closed));
