@@ -311,12 +311,9 @@ async fn the_connection_limit_refuses_with_1013_and_serves_the_rest() {
     // A slot frees when a client leaves (the gauge falls after the slot is
     // released, so once it shows one connection a new one is served).
     drop(room.bystander);
-    within("the slot to free", async {
-        while room.server.metric("amble_connections").await > 1.0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    room.server
+        .until_metric("amble_connections", |open| open <= 1.0)
+        .await;
     let mut again = room.server.client().await;
     again.ping().await;
 }
