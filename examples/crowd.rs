@@ -83,7 +83,7 @@ async fn run(args: &Args) -> Value {
         room_capacity: Config::default().room_capacity.max(args.bots + 1),
         ..Config::default()
     };
-    let server = Server::start(config).await;
+    let server = Server::with(config).await;
     let mut bots: Vec<JoinHandle<()>> = Vec::new();
     let ids: Vec<u32> = (0..args.bots).collect();
     for chunk in ids.chunks(BATCH) {

@@ -27,7 +27,9 @@
 //! - [`metrics`], [`clock`]: counters in Prometheus text; server time.
 //!
 //! [`serve`] runs the whole server on a listener until a shutdown future
-//! completes, which is how both `main` and the tests start it.
+//! completes, which is how both `main` and the tests start it;
+//! [`serve_started`] also hands an in-process caller (the test harness,
+//! `testkit`) what it may await, such as the cluster forming.
 
 mod access;
 pub mod clock;
@@ -43,4 +45,4 @@ mod session;
 pub use access::auth;
 pub use edge::origin;
 pub use server::capacity::raise_open_files_limit;
-pub use server::{StartError, serve};
+pub use server::{StartError, Started, serve, serve_started};

@@ -3,7 +3,6 @@
 //! the truth told when the run goes wrong (the server gone, a signal, a
 //! busy server, a full room, the server's ping budget).
 
-use std::net::SocketAddr;
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -12,67 +11,27 @@ use clap::Parser as _;
 use futures_util::{SinkExt as _, StreamExt as _};
 use loadtest::{Opts, Report};
 use prost::Message as _;
+use testkit::TestServer;
 use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, BufReader};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
 use tokio::time::timeout;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Bound on any one run in these tests.
 const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The amble server on 127.0.0.1:0, stopped when dropped.
-struct TestServer {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<Result<(), amble::StartError>>>,
+/// The amble server in-process on 127.0.0.1:0 (the shared harness), with
+/// its settings given as the binary's flags.
+async fn start(args: &[&str]) -> TestServer {
+    let config =
+        amble::config::Config::parse_from(std::iter::once("amble").chain(args.iter().copied()));
+    TestServer::with(config).await
 }
 
-impl TestServer {
-    async fn start(args: &[&str]) -> Self {
-        let config =
-            amble::config::Config::parse_from(std::iter::once("amble").chain(args.iter().copied()));
-        Self::with(config).await
-    }
-
-    /// A server whose ping budget is off (`--pings-per-sec 0`), as the
-    /// rpc scenario needs.
-    async fn without_ping_budget() -> Self {
-        Self::start(&["--pings-per-sec", "0"]).await
-    }
-
-    async fn with(config: amble::config::Config) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind 127.0.0.1:0");
-        let addr = listener.local_addr().expect("local addr");
-        let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(amble::serve(listener, config, async {
-            let _ = stopped.await;
-        }));
-        Self {
-            addr,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("ws://{}/ws", self.addr)
-    }
-
-    async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            let result = timeout(Duration::from_secs(10), task).await;
-            assert!(
-                matches!(result, Ok(Ok(Ok(())))),
-                "server did not stop cleanly: {result:?}"
-            );
-        }
-    }
+/// A server whose ping budget is off (`--pings-per-sec 0`), as the
+/// rpc scenario needs.
+async fn without_ping_budget() -> TestServer {
+    start(&["--pings-per-sec", "0"]).await
 }
 
 fn opts(args: &[&str]) -> Opts {
@@ -89,8 +48,8 @@ async fn run(opts: Opts) -> Report {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_bots_get_every_update() {
-    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
-    let url = server.url();
+    let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.ws_url();
     let opts = opts(&[
         "--url",
         &url,
@@ -247,23 +206,6 @@ impl NatsServer {
     }
 }
 
-/// Waits (bounded) until the node behind `url` sees `peers` other nodes.
-async fn until_peers(url: &str, peers: f64) {
-    let target = loadtest::plan::Target::parse(url, false).expect("a node URL");
-    timeout(Duration::from_secs(10), async {
-        loop {
-            if let Ok(s) = loadtest::scrape::scrape(&target).await
-                && s.get("amble_cluster_peers") == Some(peers)
-            {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    })
-    .await
-    .expect("the nodes see each other within 10 s");
-}
-
 /// Two cluster nodes (in-process, one nats-server) and every room spanning
 /// both (bot i on node i mod 2): each bot expects every other bot of its
 /// room wherever it is connected, and gets every update; the report has
@@ -274,7 +216,7 @@ async fn rooms_spanning_two_cluster_nodes_get_every_update() {
     let node = |name: &'static str, slot: &'static str| {
         let nats = nats.client.clone();
         async move {
-            TestServer::start(&[
+            start(&[
                 // A tick above --cluster-lead-ms (20 ms by default).
                 "--tick-ms",
                 "50",
@@ -290,10 +232,11 @@ async fn rooms_spanning_two_cluster_nodes_get_every_update() {
             .await
         }
     };
-    let (a, b) = (node("n1", "1").await, node("n2", "2").await);
-    until_peers(&a.url(), 1.0).await;
-    until_peers(&b.url(), 1.0).await;
-    let urls = format!("{},{}", a.url(), b.url());
+    let (mut a, mut b) = (node("n1", "1").await, node("n2", "2").await);
+    // In-process: each node's peer directory is awaited, not polled.
+    a.until_peers(1).await;
+    b.until_peers(1).await;
+    let urls = format!("{},{}", a.ws_url(), b.ws_url());
     let report = run(opts(&[
         "--url",
         &urls,
@@ -345,12 +288,9 @@ async fn rooms_spanning_two_cluster_nodes_get_every_update() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bots_spread_over_the_nodes_of_a_url_list() {
     let args = ["--tick-ms", "20", "--move-interval-ms", "100"];
-    let (a, b) = (
-        TestServer::start(&args).await,
-        TestServer::start(&args).await,
-    );
+    let (a, b) = (start(&args).await, start(&args).await);
     let nats = NatsServer::start().await;
-    let urls = format!("{},{}", a.url(), b.url());
+    let urls = format!("{},{}", a.ws_url(), b.ws_url());
     let report = run(opts(&[
         "--url",
         &urls,
@@ -380,7 +320,7 @@ async fn bots_spread_over_the_nodes_of_a_url_list() {
     // Half of each room on each node; each bot receives the 4 others of
     // its half.
     assert_eq!(r.nodes.len(), 2);
-    for (node, url) in r.nodes.iter().zip([a.url(), b.url()]) {
+    for (node, url) in r.nodes.iter().zip([a.ws_url(), b.ws_url()]) {
         assert_eq!(node.url, url);
         let s = node.server.as_ref().expect("each node's /metrics read");
         assert_eq!(s.connections, Some(20), "{node:?}");
@@ -419,8 +359,8 @@ async fn bots_spread_over_the_nodes_of_a_url_list() {
 
     for line in [
         "server        2 nodes together: cpu ",
-        &format!("node 1        {}: 20 connections, cpu ", a.url()),
-        &format!("node 2        {}: 20 connections, cpu ", b.url()),
+        &format!("node 1        {}: 20 connections, cpu ", a.ws_url()),
+        &format!("node 2        {}: 20 connections, cpu ", b.ws_url()),
         "nats-server   cpu ",
         "whole cluster cpu ",
     ] {
@@ -437,7 +377,7 @@ async fn bots_spread_over_the_nodes_of_a_url_list() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wander_and_chat() {
-    let server = TestServer::start(&[
+    let server = start(&[
         "--tick-ms",
         "20",
         "--move-interval-ms",
@@ -446,7 +386,7 @@ async fn wander_and_chat() {
         "100",
     ])
     .await;
-    let url = server.url();
+    let url = server.ws_url();
     let opts = opts(&[
         "--url",
         &url,
@@ -484,8 +424,8 @@ async fn wander_and_chat() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpc_round_trips() {
-    let server = TestServer::without_ping_budget().await;
-    let url = server.url();
+    let server = without_ping_budget().await;
+    let url = server.ws_url();
     let opts = opts(&[
         "--url",
         &url,
@@ -510,8 +450,8 @@ async fn rpc_round_trips() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_table() {
-    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
-    let url = server.url();
+    let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.ws_url();
     let opts = opts(&[
         "--url",
         &url,
@@ -567,8 +507,8 @@ async fn unreachable_server_says_how_to_start_it() {
 /// children's tallies; thresholds decide the exit status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn processes_merge_and_thresholds_decide_exit_status() {
-    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
-    let url = server.url();
+    let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.ws_url();
     let exe = env!("CARGO_BIN_EXE_loadtest");
     let run = |extra: &'static [&'static str]| {
         let url = url.clone();
@@ -747,8 +687,8 @@ async fn twenty_bots_in_a_long_window(url: &str, extra: &[&str]) -> Bin {
 /// early, exits non-zero, and its first report line says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_server_mid_run_fails_early_and_says_why() {
-    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
-    let url = server.url();
+    let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.ws_url();
     let bin = twenty_bots_in_a_long_window(&url, &[]).await;
     server.stop().await;
     let out = bin.finish().await;
@@ -785,8 +725,8 @@ async fn losing_the_server_mid_run_fails_early_and_says_why() {
 /// interrupted; the exit status is 143.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_prints_the_interrupted_report() {
-    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
-    let url = server.url();
+    let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.ws_url();
     let bin = twenty_bots_in_a_long_window(&url, &["--processes", "2"]).await;
     let killed = tokio::process::Command::new("kill")
         .args(["-TERM", &bin.pid().to_string()])
@@ -858,8 +798,8 @@ async fn next_body(
 /// that the server was busy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bots_walk_in_a_named_room_beside_a_person() {
-    let server = TestServer::start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
-    let url = server.url();
+    let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.ws_url();
     let mut ada = person(&url).await;
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
         room: "lobby".into(),
@@ -928,8 +868,8 @@ async fn bots_walk_in_a_named_room_beside_a_person() {
 /// before any bot connects, with what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_room_too_small_for_the_bots_is_refused_up_front() {
-    let server = TestServer::start(&["--room-capacity", "5"]).await;
-    let url = server.url();
+    let server = start(&["--room-capacity", "5"]).await;
+    let url = server.ws_url();
     let err = timeout(
         RUN_TIMEOUT,
         loadtest::run(opts(&[
@@ -960,8 +900,8 @@ async fn a_room_too_small_for_the_bots_is_refused_up_front() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rpc_stopped_by_the_ping_budget_says_how_to_turn_it_off() {
     // amble's default budget: 5 pings a second.
-    let server = TestServer::start(&[]).await;
-    let url = server.url();
+    let server = start(&[]).await;
+    let url = server.ws_url();
     let out = Bin::start(&[
         "--url",
         &url,

@@ -197,6 +197,7 @@ pub async fn start(
         control: Arc::clone(&drops),
         fulls: Mutex::default(),
         directory: Mutex::new(directory),
+        peers: tokio::sync::watch::Sender::new(0),
         connected: false.into(),
         down_since: Mutex::new(None),
         started: Instant::now(),
@@ -517,8 +518,7 @@ async fn heartbeats(cluster: Arc<Cluster>, clock: Clock) {
             warn!(%node, "cluster: node silent for the node timeout, its members are removed");
             to_rooms(&cluster, Inbound::DropNode(node, epoch));
         }
-        let live = lock(&cluster.directory).live();
-        cluster.metrics.cluster_peers.set(live as i64);
+        cluster.count_peers();
         heartbeat(&cluster, clock.now_ms(), false).await;
     }
 }
@@ -548,21 +548,17 @@ pub(super) fn observe(cluster: &Cluster, from: &Origin) -> bool {
             );
         }
     };
-    let live = |c: &Cluster| {
-        let n = lock(&c.directory).live();
-        c.metrics.cluster_peers.set(n as i64);
-    };
     match seen {
         Seen::Stale => return false,
         Seen::Known => {}
         Seen::New { slot_clash } => {
             info!(%node, slot = from.slot, "cluster: node joined");
             clash(slot_clash);
-            live(cluster);
+            cluster.count_peers();
         }
         Seen::Returned => {
             info!(%node, "cluster: node heard again, taking its members back");
-            live(cluster);
+            cluster.count_peers();
             if let Some(rooms) = cluster.room_side() {
                 ask_fulls(cluster, node, &rooms.open_rooms());
             }
@@ -573,7 +569,7 @@ pub(super) fn observe(cluster: &Cluster, from: &Origin) -> bool {
         } => {
             info!(%node, "cluster: node restarted, removing its previous run's members");
             clash(slot_clash);
-            live(cluster);
+            cluster.count_peers();
             to_rooms(cluster, Inbound::DropNode(Arc::clone(node), old_epoch));
         }
     }
@@ -624,10 +620,7 @@ fn on_heartbeat(cluster: &Cluster, payload: &[u8]) {
         let was_live = lock(&cluster.directory).bye(&beat.origin);
         if was_live {
             info!(node = %beat.origin.node, "cluster: node stopped, removing its members");
-            cluster
-                .metrics
-                .cluster_peers
-                .set(lock(&cluster.directory).live() as i64);
+            cluster.count_peers();
             to_rooms(
                 cluster,
                 Inbound::DropNode(beat.origin.node, beat.origin.epoch),

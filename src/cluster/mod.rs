@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use async_nats::Subject;
 use bytes::Bytes;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
@@ -251,6 +251,9 @@ pub struct Cluster {
     /// This node's full states per room, paced.
     fulls: link::Fulls,
     directory: Mutex<Directory>,
+    /// The directory's live peer count, as `amble_cluster_peers` shows it,
+    /// for in-process callers that await a count ([`Cluster::peers`]).
+    peers: watch::Sender<usize>,
     connected: AtomicBool,
     /// When the NATS connection was lost (None while connected).
     down_since: Mutex<Option<Instant>>,
@@ -297,6 +300,22 @@ impl Cluster {
 
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The number of live peers (other nodes), as it changes: what
+    /// `amble_cluster_peers` shows, for a caller in the same process that
+    /// awaits the cluster forming instead of polling `/metrics`.
+    pub fn peers(&self) -> watch::Receiver<usize> {
+        self.peers.subscribe()
+    }
+
+    /// Publishes the directory's live peer count to `amble_cluster_peers`
+    /// and to [`Cluster::peers`].
+    pub(crate) fn count_peers(&self) {
+        let live = lock(&self.directory).live();
+        self.metrics.cluster_peers.set(live as i64);
+        self.peers
+            .send_if_modified(|peers| std::mem::replace(peers, live) != live);
     }
 
     /// Gives the cluster its rooms.
@@ -504,6 +523,7 @@ impl Cluster {
         let cluster = Arc::new(Self {
             me_pb: me.to_pb(),
             directory: Mutex::new(Directory::new(me.clone(), settings.node_timeout)),
+            peers: watch::Sender::new(0),
             me,
             rules: Rules::default(),
             metrics,

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, watch};
 use tracing::{info, warn};
 
 use crate::access::auth::{self, Gate};
@@ -51,6 +51,36 @@ pub async fn serve(
     listener: TcpListener,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), StartError> {
+    serve_started(listener, config, shutdown, |_| {}).await
+}
+
+/// What a caller in the same process (a test) may await of a server it
+/// started with [`serve_started`].
+pub struct Started {
+    /// The cluster's live peer count (`None` outside cluster mode).
+    peers: Option<watch::Receiver<usize>>,
+}
+
+impl Started {
+    /// Waits until this node sees `n` live peers (other cluster nodes), the
+    /// count `amble_cluster_peers` shows. False when that cannot happen:
+    /// outside cluster mode (unless `n` is 0), or once the link has stopped.
+    pub async fn peers(&mut self, n: usize) -> bool {
+        match &mut self.peers {
+            Some(peers) => peers.wait_for(|&live| live == n).await.is_ok(),
+            None => n == 0,
+        }
+    }
+}
+
+/// [`serve`], handing `started` a [`Started`] once the server accepts
+/// connections (in cluster mode, once it has joined NATS).
+pub async fn serve_started(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    started: impl FnOnce(Started) + Send,
 ) -> Result<(), StartError> {
     let gate = Gate::from_config(&config)?;
     match &gate {
@@ -123,6 +153,9 @@ pub async fn serve(
         config.socket_send_buffer as usize,
         token.clone(),
     ));
+    started(Started {
+        peers: shared.cluster.get().map(|cluster| cluster.peers()),
+    });
 
     shutdown.await;
     let stop_by = tokio::time::Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);

@@ -11,7 +11,7 @@ use fantoccini::key::Key;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::driver::{Browser, Page, Server, Viewport, WAIT, within};
+use crate::driver::{Browser, Page, Server, Viewport, WAIT, get_json, within};
 
 /// Room capacity for the test server: two, so a third visitor is refused.
 const CAPACITY: u32 = 2;
@@ -83,7 +83,7 @@ async fn join(page: &Page, name: &str) {
 async fn two_browsers_in_one_room_walk_keys_chat_full_reconnect_leave() {
     let browser = Browser::start("two_browsers_in_one_room").await;
     within(Duration::from_secs(240), "the whole test", async {
-        let mut server = Server::start(config()).await;
+        let mut server = Server::with(config()).await;
         let ada = open(&browser, &server, "ada").await;
         let bo = open(&browser, &server, "bo").await;
 
@@ -133,7 +133,7 @@ async fn both_join_the_same_room_from_the_lobby(server: &Server, ada: &Page, bo:
         .await;
     }
     // The lobby of a third visitor lists the room with its two members.
-    let rooms = server.get_json("/api/rooms").await;
+    let rooms = get_json(server, "/api/rooms").await;
     let room = rooms["rooms"]
         .as_array()
         .into_iter()
@@ -324,7 +324,7 @@ async fn after_a_restart_both_pages_reconnect_and_keep_their_places(
         "the room stays on screen meanwhile"
     );
     // The same port again, so the pages' URL still holds.
-    let server = Server::start_on(addr, config()).await;
+    let server = Server::at(addr, config()).await;
     for page in [ada, bo] {
         page.wait_for_within(
             WAIT + Duration::from_secs(5),

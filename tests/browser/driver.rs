@@ -10,7 +10,7 @@
 //!     // chromedriver and empties target/browser-artifacts/something_in_the_demo/.
 //!     let browser = Browser::start("something_in_the_demo").await;
 //!     within(Duration::from_secs(120), "the whole test", async {
-//!         let server = Server::start(Config::default()).await;
+//!         let server = Server::with(Config::default()).await;
 //!         let page = browser.open("ada", Viewport::DESKTOP).await;
 //!         page.goto(&server.url("/")).await;
 //!         page.fill("#name", "Ada").await;
@@ -24,8 +24,9 @@
 //! }
 //! ```
 //!
-//! - [`Server`] runs `amble::serve` on 127.0.0.1:0 in the test's runtime
-//!   ([`Server::start_on`] brings it back on the same address, for restarts).
+//! - [`Server`] (the shared harness, `testkit`) runs `amble::serve` on
+//!   127.0.0.1:0 in the test's runtime ([`Server::at`] brings it back on the
+//!   same address, for restarts).
 //! - [`Browser`] is one chromedriver (on a port it picks itself). Each
 //!   [`Browser::open`] is one WebDriver session: its own Chromium with a
 //!   fresh `--user-data-dir`, so two pages are two people with separate
@@ -51,13 +52,11 @@
 //!   a 2-core machine never runs two browser tests' Chromiums at once.
 
 use std::future::Future;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use amble::config::Config;
 use fantoccini::actions::{
     InputSource as _, KeyAction, KeyActions, MOUSE_BUTTON_LEFT, MouseActions, PointerAction,
 };
@@ -66,10 +65,8 @@ use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncReadExt as _, AsyncWriteExt as _, BufReader};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, SemaphorePermit, oneshot};
-use tokio::task::JoinHandle;
+use tokio::io::{AsyncBufReadExt as _, BufReader};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
 /// How long any single wait in a browser test may take.
@@ -109,82 +106,21 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
 
 // ------------------------------------------------------------------ server
 
-/// The amble server, in-process, until [`Server::stop`] or drop.
-pub struct Server {
-    pub addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), amble::StartError>>>,
-}
+/// The amble server, in-process, until [`Server::stop`] or drop: the shared
+/// harness's [`testkit::TestServer`].
+pub use testkit::TestServer as Server;
 
-impl Server {
-    /// Serves `config` on a free port of 127.0.0.1.
-    pub async fn start(config: Config) -> Self {
-        Self::start_on(SocketAddr::from(([127, 0, 0, 1], 0)), config).await
-    }
-
-    /// Serves `config` on `addr` (a restart on the address pages know).
-    pub async fn start_on(addr: SocketAddr, config: Config) -> Self {
-        let listener = TcpListener::bind(addr)
-            .await
-            .unwrap_or_else(|err| panic!("bind {addr}: {err}"));
-        let addr = listener.local_addr().expect("local address");
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(amble::serve(listener, config, async {
-            let _ = stopped.await;
-        }));
-        Self {
-            addr,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    /// `http://<addr><path>`.
-    pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    /// Shuts down (every WebSocket is closed with 1001) and waits for it.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            within(WAIT, "the server to shut down", task)
-                .await
-                .expect("server task")
-                .expect("server");
-        }
-    }
-
-    /// `GET path` as JSON.
-    pub async fn get_json(&self, path: &str) -> Value {
-        let fetch = async {
-            let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
-            // HTTP/1.0: the body is never chunked and ends with the connection.
-            let req = format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", self.addr);
-            tcp.write_all(req.as_bytes()).await.expect("write");
-            let mut raw = Vec::new();
-            tcp.read_to_end(&mut raw).await.expect("read");
-            raw
-        };
-        let raw = within(WAIT, &format!("GET {path}"), fetch).await;
-        let text = String::from_utf8_lossy(&raw);
-        let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
-        assert!(
-            head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
-            "GET {path}: {head}"
-        );
-        serde_json::from_str(body).unwrap_or_else(|err| panic!("GET {path}: {err}: {body}"))
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
+/// `GET path` from `server`, as JSON.
+pub async fn get_json(server: &Server, path: &str) -> Value {
+    // HTTP/1.0: the body is never chunked and ends with the connection.
+    let req = format!("GET {path} HTTP/1.0\r\nHost: {}\r\n\r\n", server.addr);
+    let text = within(WAIT, &format!("GET {path}"), server.request(&req)).await;
+    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "GET {path}: {head}"
+    );
+    serde_json::from_str(body).unwrap_or_else(|err| panic!("GET {path}: {err}: {body}"))
 }
 
 // ----------------------------------------------------------------- browser

@@ -60,7 +60,7 @@ async fn tap_key(page: &Page, key: char) {
 async fn enter_and_space_press_a_focused_button() {
     let browser = Browser::start("enter_and_space_press_a_focused_button").await;
     within(Duration::from_secs(120), "the whole test", async {
-        let server = Server::start(Config::default()).await;
+        let server = Server::with(Config::default()).await;
         let page = browser.open("kay", Viewport::DESKTOP).await;
         join(&page, &server, "keys", "Kay").await;
 
@@ -148,7 +148,7 @@ async fn enter_and_space_press_a_focused_button() {
 async fn someone_off_screen_is_marked_and_go_to_finds_them() {
     let browser = Browser::start("someone_off_screen_is_marked_and_go_to_finds_them").await;
     within(Duration::from_secs(150), "the whole test", async {
-        let server = Server::start(Config::default()).await;
+        let server = Server::with(Config::default()).await;
         let ada = browser.open("ada", Viewport::DESKTOP).await;
         let bo = browser.open("bo", Viewport::DESKTOP).await;
         join(&ada, &server, "far", "Ada").await;
@@ -215,7 +215,7 @@ async fn someone_off_screen_is_marked_and_go_to_finds_them() {
 async fn the_lobby_says_when_the_server_is_down_and_recovers() {
     let browser = Browser::start("the_lobby_says_when_the_server_is_down_and_recovers").await;
     within(Duration::from_secs(150), "the whole test", async {
-        let server = Server::start(Config::default()).await;
+        let server = Server::with(Config::default()).await;
         let addr = server.addr;
         let cy = browser.open("cy", Viewport::DESKTOP).await;
         let dee = browser.open("dee", Viewport::DESKTOP).await;
@@ -263,7 +263,7 @@ async fn the_lobby_says_when_the_server_is_down_and_recovers() {
         dee.screenshot("chat-while-reconnecting").await;
 
         // Back on the same address: the list returns, the message goes.
-        let server = Server::start_on(addr, Config::default()).await;
+        let server = Server::at(addr, Config::default()).await;
         cy.wait_for(
             "the lobby online",
             "() => !document.getElementById('lobby').classList.contains('offline') \
@@ -317,7 +317,7 @@ const RECORD_UNDER_LOAD: &str = "(name, ms) => new Promise((done) => {
 async fn avatars_never_step_back_under_load() {
     let browser = Browser::start("avatars_never_step_back_under_load").await;
     within(Duration::from_secs(150), "the whole test", async {
-        let server = Server::start(Config::default()).await;
+        let server = Server::with(Config::default()).await;
         let ada = browser.open("ada", Viewport::DESKTOP).await;
         let bo = browser.open("bo", Viewport::DESKTOP).await;
         join(&ada, &server, "load", "Ada").await;
@@ -376,7 +376,7 @@ async fn avatars_never_step_back_under_load() {
 async fn the_phone_layout() {
     let browser = Browser::start("the_phone_layout").await;
     within(Duration::from_secs(150), "the whole test", async {
-        let server = Server::start(Config::default()).await;
+        let server = Server::with(Config::default()).await;
         let phone = browser.open("phone", Viewport::PHONE).await;
         phone.goto(&server.url("/")).await;
         phone.wait_visible("#name").await;

@@ -16,26 +16,22 @@ const SECRET: &[u8] = b"integration-test-secret-of-more-than-32-bytes";
 
 /// A directory of files for one test, removed when it ends.
 struct Files {
-    dir: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl Files {
     fn new(test: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!("amble-it-{test}-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        let dir = tempfile::Builder::new()
+            .prefix(&format!("amble-it-{test}-"))
+            .tempdir()
+            .expect("temp dir");
         Self { dir }
     }
 
     fn write(&self, name: &str, content: &[u8]) -> PathBuf {
-        let path = self.dir.join(name);
+        let path = self.dir.path().join(name);
         std::fs::write(&path, content).expect("write");
         path
-    }
-}
-
-impl Drop for Files {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 

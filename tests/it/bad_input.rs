@@ -245,12 +245,22 @@ async fn chat_over_budget_is_dropped_with_an_error() {
         })
         .await;
     assert!(text.contains("dropped"), "{text}");
-    // The bystander saw the two within budget, not the third.
+    // The bystander saw the two within budget, not the third. The marker
+    // is a move sent after the refusal: a relayed third chat would reach
+    // the bystander before it (chats go out at once, moves at the next
+    // tick, both in order on one stream), so every chat before it counts.
+    room.seq += 1;
+    let marker = room.seq;
+    room.mover.send_move(marker, marker, marker).await;
     let mut seen = Vec::new();
-    while seen.len() < 2 {
+    loop {
         let m = room.bystander.recv().await;
         if let Some(S::Chat(c)) = m.body {
             seen.push(c.text);
+        } else if amble::protocol::decode_motion(&m.motion)
+            .is_ok_and(|(_, records)| records.iter().any(|r| r.motion.position.x == marker))
+        {
+            break;
         }
     }
     assert_eq!(seen, ["m0", "m1"]);
@@ -301,12 +311,9 @@ async fn the_connection_limit_refuses_with_1013_and_serves_the_rest() {
     // A slot frees when a client leaves (the gauge falls after the slot is
     // released, so once it shows one connection a new one is served).
     drop(room.bystander);
-    within("the slot to free", async {
-        while room.server.metric("amble_connections").await > 1.0 {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    room.server
+        .until_metric("amble_connections", |open| open <= 1.0)
+        .await;
     let mut again = room.server.client().await;
     again.ping().await;
 }

@@ -117,12 +117,7 @@ async fn two_hundred_oversized_heads_are_each_refused_at_16_kib() {
 /// Waits until a gauge reads `value` (connection tasks end just after their
 /// sockets say so).
 async fn settles(server: &TestServer, series: &str, value: f64) {
-    within(series, async {
-        while server.metric(series).await != value {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
+    server.until_metric(series, |v| v == value).await;
 }
 
 #[tokio::test(start_paused = true)]
@@ -215,7 +210,6 @@ async fn an_address_over_its_cap_is_refused_with_429() {
             if response.starts_with("HTTP/1.1 200 ") {
                 break (response, ());
             }
-            tokio::task::yield_now().await;
         }
     })
     .await;

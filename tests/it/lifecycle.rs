@@ -91,7 +91,7 @@ async fn rooms_are_separate_and_listed() {
     c.ping().await;
     let (_, body) = server.get("/api/rooms").await;
     assert!(!body.contains("beta"), "an empty room is removed: {body}");
-    server.stop().await.expect("clean exit");
+    server.stop().await; // asserts a clean exit
 }
 
 #[tokio::test]
@@ -164,7 +164,7 @@ async fn shutdown_closes_every_socket_with_1001() {
         .await;
         assert_eq!(c.expect_close().await, 1001);
     }
-    server.stopped().await.expect("clean exit");
+    server.stopped().await; // asserts a clean exit
 }
 
 #[tokio::test]
@@ -225,7 +225,7 @@ async fn shutdown_is_bounded_even_with_a_stuck_http_client() {
     let started = tokio::time::Instant::now();
     server.trigger_stop();
     assert_eq!(ws.expect_close().await, 1001);
-    server.stopped().await.expect("clean exit");
+    server.stopped().await; // asserts a clean exit
     assert!(
         started.elapsed() < std::time::Duration::from_millis(2_500),
         "shutdown took {:?}",

@@ -1,4 +1,5 @@
-//! A test server on an ephemeral port and a small protocol client.
+//! The shared harness's test server ([`testkit::TestServer`], on an
+//! ephemeral port) and a small protocol client.
 
 use std::time::Duration;
 
@@ -7,10 +8,8 @@ use amble::protocol::pb::{self, client_message::Body as C, server_message::Body 
 use amble::protocol::{Motion, MotionRecord, Position, decode_motion, encode_client, move_body};
 use futures_util::{SinkExt as _, StreamExt as _};
 use prost::Message as _;
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
+pub use testkit::{TestServer, request_at};
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::http::HeaderValue;
@@ -21,28 +20,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 pub const WAIT: Duration = Duration::from_secs(10);
 
 pub async fn within<T>(what: &str, fut: impl std::future::Future<Output = T>) -> T {
-    match tokio::time::timeout(WAIT, fut).await {
-        Ok(v) => v,
-        Err(_) => panic!("timed out waiting for {what}"),
-    }
-}
-
-/// Sends `raw` as the whole request to `addr` and returns the whole
-/// response, read until the server closes the connection.
-pub async fn request_at(addr: std::net::SocketAddr, raw: &str) -> String {
-    let mut tcp = TcpStream::connect(addr).await.expect("connect");
-    tcp.write_all(raw.as_bytes()).await.expect("write");
-    let mut out = Vec::new();
-    within("http response", tcp.read_to_end(&mut out))
-        .await
-        .expect("read");
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-pub struct TestServer {
-    pub addr: std::net::SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), amble::StartError>>>,
+    testkit::within(WAIT, what, fut).await
 }
 
 /// A config for tests: the defaults, with whatever `f` changes.
@@ -52,28 +30,21 @@ pub fn config(f: impl FnOnce(&mut Config)) -> Config {
     c
 }
 
-impl TestServer {
-    pub async fn start() -> Self {
-        Self::with(Config::default()).await
-    }
-
-    pub async fn with(config: Config) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(amble::serve(listener, config, async {
-            let _ = stopped.await;
-        }));
-        Self {
-            addr,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
+/// The clients of a [`TestServer`] (the shared harness starts and stops it;
+/// these tests speak to it with tokio-tungstenite).
+pub(crate) trait Clients {
     /// A client whose socket asks for a tiny (4 KiB) receive window, so that
     /// a test can fill it by not reading.
-    pub async fn narrow_client(&self) -> Client {
+    async fn narrow_client(&self) -> Client;
+
+    async fn client(&self) -> Client;
+
+    /// A client that has joined `room` as `name`.
+    async fn joined(&self, room: &str, name: &str) -> (Client, pb::Welcome);
+}
+
+impl Clients for TestServer {
+    async fn narrow_client(&self) -> Client {
         let socket = tokio::net::TcpSocket::new_v4().expect("socket");
         socket.set_recv_buffer_size(4_096).expect("SO_RCVBUF");
         let tcp = within("connect", socket.connect(self.addr))
@@ -81,102 +52,21 @@ impl TestServer {
             .expect("connect");
         let (ws, _) = within(
             "handshake",
-            tokio_tungstenite::client_async(
-                format!("ws://{}/ws", self.addr),
-                MaybeTlsStream::Plain(tcp),
-            ),
+            tokio_tungstenite::client_async(self.ws_url(), MaybeTlsStream::Plain(tcp)),
         )
         .await
         .expect("handshake");
         Client::from_stream(ws)
     }
 
-    pub async fn client(&self) -> Client {
-        Client::connect(&format!("ws://{}/ws", self.addr)).await
+    async fn client(&self) -> Client {
+        Client::connect(&self.ws_url()).await
     }
 
-    /// A client that has joined `room` as `name`.
-    pub async fn joined(&self, room: &str, name: &str) -> (Client, pb::Welcome) {
+    async fn joined(&self, room: &str, name: &str) -> (Client, pb::Welcome) {
         let mut c = self.client().await;
         let w = c.join(room, name).await;
         (c, w)
-    }
-
-    /// `GET path`, returning the status line and body.
-    pub async fn get(&self, path: &str) -> (String, String) {
-        let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
-        let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
-        tcp.write_all(req.as_bytes()).await.expect("write");
-        let mut raw = Vec::new();
-        within("http response", tcp.read_to_end(&mut raw))
-            .await
-            .expect("read");
-        let text = String::from_utf8_lossy(&raw).into_owned();
-        let (head, body) = text.split_once("\r\n\r\n").expect("http response");
-        (
-            head.lines().next().unwrap_or_default().to_owned(),
-            body.to_owned(),
-        )
-    }
-
-    /// Sends `raw` as the whole request and returns the whole response (the
-    /// request should ask for `Connection: close`).
-    pub async fn request(&self, raw: &str) -> String {
-        request_at(self.addr, raw).await
-    }
-
-    /// Sends `raw` and returns the response head (status line and headers),
-    /// leaving the connection open, as for an upgrade.
-    pub async fn request_head(&self, raw: &str) -> String {
-        let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
-        tcp.write_all(raw.as_bytes()).await.expect("write");
-        let mut out = Vec::new();
-        let mut buf = [0u8; 1024];
-        while !out.windows(4).any(|w| w == b"\r\n\r\n") {
-            let n = within("response head", tcp.read(&mut buf))
-                .await
-                .expect("read");
-            assert!(n > 0, "closed before the head ended");
-            assert!(out.len() < 16 * 1024, "head too long");
-            out.extend_from_slice(&buf[..n]);
-        }
-        String::from_utf8_lossy(&out).into_owned()
-    }
-
-    /// The value of one metric line (exact name and labels) in `/metrics`.
-    pub async fn metric(&self, series: &str) -> f64 {
-        let (_, body) = self.get("/metrics").await;
-        body.lines()
-            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
-            .map_or(0.0, |v| v.trim().parse().expect("a number"))
-    }
-
-    /// Triggers shutdown and waits for `serve` to return.
-    pub async fn stop(mut self) -> Result<(), amble::StartError> {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        let task = self.task.take().expect("running");
-        within("server shutdown", task).await.expect("server task")
-    }
-
-    pub fn trigger_stop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-    }
-
-    pub async fn stopped(mut self) -> Result<(), amble::StartError> {
-        let task = self.task.take().expect("running");
-        within("server shutdown", task).await.expect("server task")
-    }
-}
-
-impl Drop for TestServer {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
     }
 }
 

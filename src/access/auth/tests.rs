@@ -233,7 +233,7 @@ fn verifies_eddsa_and_rs256_with_public_keys() {
 #[test]
 fn setup_refuses_unusable_secrets_and_keys_naming_the_flag() {
     let dir = TempDir::new();
-    let missing = dir.path.join("nothing-here");
+    let missing = dir.dir.path().join("nothing-here");
     let err = read_secret(&missing, SECRET_FLAG).unwrap_err().to_string();
     assert!(err.starts_with("--auth-hs256-secret-file "), "{err}");
     assert!(err.contains("cannot read"), "{err}");
@@ -274,31 +274,21 @@ fn an_open_gate_ignores_tokens() {
 
 /// A directory removed when the test ends.
 struct TempDir {
-    path: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl TempDir {
     fn new() -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static NEXT: AtomicU32 = AtomicU32::new(0);
-        let path = std::env::temp_dir().join(format!(
-            "amble-auth-{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir_all(&path).expect("temp dir");
-        Self { path }
+        let dir = tempfile::Builder::new()
+            .prefix("amble-auth-")
+            .tempdir()
+            .expect("temp dir");
+        Self { dir }
     }
 
     fn file(&self, name: &str, content: &[u8]) -> PathBuf {
-        let path = self.path.join(name);
+        let path = self.dir.path().join(name);
         std::fs::write(&path, content).expect("write");
         path
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
     }
 }
