@@ -12,7 +12,7 @@ use amble::config::{Cli, Config, TokenArgs, Tool};
 fn main() -> anyhow::Result<()> {
     let cli = amble::config::parse_or_exit::<Cli>();
     let config = match cli.command {
-        Some(Tool::Token(args)) => return print_token(&args),
+        Some(Tool::Token(args)) => return print_token(&args, &cli.config),
         None => cli.config,
     };
     init_tracing(config.log_json);
@@ -73,10 +73,10 @@ fn reachable_here(addr: SocketAddr) -> SocketAddr {
 }
 
 /// `amble token`: prints a signed token on stdout.
-fn print_token(args: &TokenArgs) -> anyhow::Result<()> {
+fn print_token(args: &TokenArgs, config: &Config) -> anyhow::Result<()> {
     use amble::auth;
     let secret = auth::read_secret(&args.secret_file, "--secret-file")?;
-    let rules = Config::default().rules();
+    let rules = config.rules();
     let name = args
         .name
         .clone()

@@ -506,9 +506,27 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
+/// The defaults of every flag, hermetic: no `AMBLE_*` variable is read and
+/// the process never exits (only `main`, through [`parse_or_exit`], reads
+/// the environment).
 impl Default for Config {
     fn default() -> Self {
-        Self::parse_from(["amble"])
+        Self::from_args(["amble"]).expect("every default value is valid")
+    }
+}
+
+impl Config {
+    /// Parses `args` (the program name first) as the command line alone:
+    /// no `AMBLE_*` variable is read and the process never exits. For tests
+    /// and tools; the binary parses with [`parse_or_exit`].
+    pub fn from_args<I, T>(args: I) -> Result<Self, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<OsString> + Clone,
+    {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        let command = Self::command().mut_args(|arg| arg.env(None::<&str>));
+        Self::from_arg_matches(&command.try_get_matches_from(args)?)
     }
 }
 
