@@ -17,10 +17,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -29,17 +27,18 @@ use axum::http::{Request, StatusCode};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, ReadBuf};
-use tokio::sync::{OwnedSemaphorePermit, oneshot};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::oneshot;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::task::TaskTracker;
 use tower_service::Service as _;
 use tracing::debug;
 
-use crate::access::addresses::Lease;
 use crate::server::shared::Shared;
+use crate::session::io::Admission;
 
 use super::routes;
+use super::watch::{Expired, Phase, Watch, Watched};
 use crate::metrics::Metrics;
 
 /// Shutdown gives a response still being written this long (at most the
@@ -72,17 +71,6 @@ impl std::fmt::Debug for Http {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Http").finish_non_exhaustive()
     }
-}
-
-/// What a socket holds beyond itself: its slot under the server's socket
-/// budget and its place under its address's cap. Both are released when
-/// the socket closes, after an upgrade too.
-#[derive(Debug, Default)]
-pub struct Admission {
-    #[expect(dead_code, reason = "held, never read: dropping it frees the slot")]
-    pub socket: Option<OwnedSemaphorePermit>,
-    #[expect(dead_code, reason = "held, never read: dropping it frees the place")]
-    pub address: Option<Lease>,
 }
 
 impl Http {
@@ -302,196 +290,6 @@ enum End {
     Evicted,
     Drained,
     Expired(Expired),
-}
-
-/// Which deadline passed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Expired {
-    /// No whole request head in time.
-    Head,
-    /// Nothing started (or nothing read) for the idle timeout.
-    Idle,
-}
-
-/// Where a connection is, for its deadlines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-enum Phase {
-    /// Upgraded: nothing watched.
-    Upgraded = 0,
-    /// Between requests, nothing received yet: the idle deadline.
-    Idle = 1,
-    /// Receiving a request head: the head deadline.
-    Head = 2,
-    /// A request is being answered: idle deadline, renewed by writes.
-    Serving = 3,
-}
-
-impl Phase {
-    fn from_u8(v: u8) -> Self {
-        match v {
-            1 => Self::Idle,
-            2 => Self::Head,
-            3 => Self::Serving,
-            _ => Self::Upgraded,
-        }
-    }
-}
-
-/// A connection's phase and when it began, shared by its socket wrapper,
-/// its service and its driver (all on one task; atomics only to be `Sync`).
-struct Watch {
-    epoch: Instant,
-    phase: AtomicU8,
-    /// Milliseconds from `epoch` to the start of the phase.
-    since_ms: AtomicU64,
-    writes: AtomicU64,
-    writes_seen: AtomicU64,
-}
-
-impl Watch {
-    fn new(epoch: Instant) -> Self {
-        Self {
-            epoch,
-            // A new connection owes its first head from the start.
-            phase: AtomicU8::new(Phase::Head as u8),
-            since_ms: AtomicU64::new(0),
-            writes: AtomicU64::new(0),
-            writes_seen: AtomicU64::new(0),
-        }
-    }
-
-    fn phase(&self) -> Phase {
-        Phase::from_u8(self.phase.load(Relaxed))
-    }
-
-    fn enter(&self, phase: Phase, now: Instant) {
-        self.since_ms.store(self.ms(now), Relaxed);
-        self.phase.store(phase as u8, Relaxed);
-    }
-
-    fn ms(&self, at: Instant) -> u64 {
-        u64::try_from(at.saturating_duration_since(self.epoch).as_millis()).unwrap_or(u64::MAX)
-    }
-
-    fn since(&self) -> Instant {
-        self.epoch + Duration::from_millis(self.since_ms.load(Relaxed))
-    }
-
-    /// Bytes arrived: between requests, a head begins.
-    fn on_read(&self) {
-        // A plain load first: the compare-exchange is a locked instruction,
-        // and an upgraded socket reads here for the rest of its life.
-        if self.phase.load(Relaxed) == Phase::Idle as u8
-            && self
-                .phase
-                .compare_exchange(Phase::Idle as u8, Phase::Head as u8, Relaxed, Relaxed)
-                .is_ok()
-        {
-            self.since_ms.store(self.ms(Instant::now()), Relaxed);
-        }
-    }
-
-    fn on_write(&self) {
-        if self.phase() != Phase::Upgraded {
-            self.writes.fetch_add(1, Relaxed);
-        }
-    }
-
-    fn deadline(&self, head: Duration, idle: Duration) -> Instant {
-        match self.phase() {
-            Phase::Head => self.since() + head,
-            Phase::Idle | Phase::Serving => self.since() + idle,
-            // The connection completes at once; look again in a while.
-            Phase::Upgraded => Instant::now() + idle,
-        }
-    }
-
-    /// At `now`: the next deadline, or which one passed. Writes made while
-    /// serving renew the idle deadline (a slow reader still reads).
-    fn check(&self, now: Instant, head: Duration, idle: Duration) -> Result<Instant, Expired> {
-        let phase = self.phase();
-        if phase == Phase::Serving {
-            let writes = self.writes.load(Relaxed);
-            if self.writes_seen.swap(writes, Relaxed) != writes {
-                self.since_ms.store(self.ms(now), Relaxed);
-            }
-        }
-        let deadline = self.deadline(head, idle);
-        if now < deadline {
-            return Ok(deadline);
-        }
-        match phase {
-            Phase::Head => Err(Expired::Head),
-            Phase::Idle | Phase::Serving => Err(Expired::Idle),
-            Phase::Upgraded => Ok(deadline),
-        }
-    }
-}
-
-/// The socket as hyper sees it: reads and writes tell the [`Watch`]; the
-/// socket's admission is released when it is dropped.
-struct Watched<I> {
-    io: I,
-    watch: Arc<Watch>,
-    _admission: Admission,
-}
-
-impl<I: AsyncRead + Unpin> AsyncRead for Watched<I> {
-    fn poll_read(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<std::io::Result<()>> {
-        let before = buf.filled().len();
-        let polled = Pin::new(&mut self.io).poll_read(cx, buf);
-        if buf.filled().len() > before {
-            self.watch.on_read();
-        }
-        polled
-    }
-}
-
-impl<I: AsyncWrite + Unpin> AsyncWrite for Watched<I> {
-    fn poll_write(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.io).poll_write(cx, buf);
-        if let Poll::Ready(Ok(n)) = polled
-            && n > 0
-        {
-            self.watch.on_write();
-        }
-        polled
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        let polled = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        if let Poll::Ready(Ok(n)) = polled
-            && n > 0
-        {
-            self.watch.on_write();
-        }
-        polled
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.io).poll_shutdown(cx)
-    }
 }
 
 /// Eviction order: connections waiting for a head go before those being

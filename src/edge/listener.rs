@@ -20,8 +20,9 @@ use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
 use crate::access::addresses::Addresses;
-use crate::edge::http::{Admission, Http, status_response};
+use crate::edge::http::{Http, status_response};
 use crate::metrics::Metrics;
+use crate::session::io::Admission;
 
 /// How long a newcomer waits for the socket an eviction frees.
 const EVICTION_WAIT: Duration = Duration::from_secs(1);

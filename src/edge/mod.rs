@@ -1,5 +1,5 @@
 //! Everything before a WebSocket exists: the accept loop ([`listener`]),
-//! one HTTP/1.1 connection with its deadlines and pool ([`http`]), the
+//! one HTTP/1.1 connection with its pool ([`http`]) and deadlines ([`watch`]), the
 //! routes ([`routes`]), the upgrade ([`upgrade`]) and what is refused at the
 //! door: a bad opening handshake ([`handshake`]), a foreign page
 //! ([`origin`]), a scraper without the token ([`metrics_token`]). [`web`]
@@ -15,4 +15,5 @@ pub mod metrics_token;
 pub mod origin;
 mod routes;
 mod upgrade;
+mod watch;
 mod web;

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use hyper_util::rt::TokioIo;
 use tokio_tungstenite::WebSocketStream;
 use tracing::Instrument as _;
 use tracing::debug;
@@ -22,6 +21,7 @@ use crate::session::connection;
 use crate::session::outbox::{Outbox, WsIo};
 
 use super::handshake::{self, Refusal};
+use super::watch::unwrap_upgraded;
 
 /// The WebSocket read buffer: client frames are small.
 const READ_BUFFER_BYTES: usize = 1024;
@@ -100,7 +100,7 @@ pub(super) async fn upgrade(
             };
             let queue = shared.config.send_queue_bytes as usize;
             let outbox = Outbox::new(
-                TokioIo::new(upgraded),
+                unwrap_upgraded(upgraded),
                 Arc::clone(&shared.metrics),
                 queue,
                 largest,

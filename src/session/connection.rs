@@ -15,8 +15,6 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
-use hyper::upgrade::Upgraded;
-use hyper_util::rt::TokioIo;
 use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, trace};
@@ -51,8 +49,8 @@ pub mod close {
     pub const REPLACED: u16 = 4000;
 }
 
-/// The upgraded HTTP connection under a WebSocket.
-pub type Io = TokioIo<Upgraded>;
+/// The upgraded connection under a WebSocket.
+pub use crate::session::io::Io;
 /// A client's WebSocket, reading from the socket and writing through its
 /// outbox.
 pub type Socket = WebSocketStream<WsIo<Io>>;
