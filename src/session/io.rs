@@ -51,9 +51,12 @@ pub struct Tcp {
 }
 
 impl Tcp {
+    /// `ahead` is copied: as hyper hands it over, it shares (and would keep
+    /// alive for the socket's life) hyper's whole read buffer, even when
+    /// empty. Empty, it is not allocated at all.
     pub fn new(stream: TcpStream, ahead: Bytes, admission: Admission) -> Self {
         Self {
-            ahead,
+            ahead: Bytes::copy_from_slice(&ahead),
             stream,
             _admission: admission,
         }
@@ -73,7 +76,11 @@ impl AsyncRead for Io {
                 }
                 let n = tcp.ahead.len().min(buf.remaining());
                 buf.put_slice(&tcp.ahead[..n]);
-                tcp.ahead.advance(n);
+                if n == tcp.ahead.len() {
+                    tcp.ahead = Bytes::new();
+                } else {
+                    tcp.ahead.advance(n);
+                }
                 Poll::Ready(Ok(()))
             }
             Self::Upgraded(io) => Pin::new(io).poll_read(cx, buf),
