@@ -129,7 +129,8 @@ pub struct Opts {
 
     /// Time between the end of ramp-up and the start of the measured window,
     /// so every bot is moving when counting starts [default: one move
-    /// interval, at least 1s].
+    /// interval, at least 1s and at most 10s, so that an idle run with
+    /// `--move-interval 3600s` starts measuring after 10s].
     #[arg(long, value_parser = parse_duration)]
     pub warmup: Option<Duration>,
 
@@ -238,6 +239,10 @@ pub struct SourceAddrs(pub Vec<Ipv4Addr>);
 
 /// More source addresses than this is a typo, not a plan.
 const MAX_SOURCE_ADDRS: u32 = 65_536;
+
+/// The default warm-up is one move interval, within these bounds.
+const MIN_WARMUP: Duration = Duration::from_secs(1);
+const MAX_WARMUP: Duration = Duration::from_secs(10);
 
 impl FromStr for SourceAddrs {
     type Err = anyhow::Error;
@@ -380,7 +385,7 @@ impl Opts {
         ensure!(ramp >= 1, "--ramp must be at least 1 connection per second");
         let warmup = self
             .warmup
-            .unwrap_or_else(|| move_interval.max(Duration::from_secs(1)));
+            .unwrap_or_else(|| move_interval.clamp(MIN_WARMUP, MAX_WARMUP));
 
         let room_names = match (&self.room, &self.room_prefix) {
             (Some(name), _) => {
@@ -533,6 +538,19 @@ mod tests {
         assert_eq!(plan.processes, 1);
         assert_eq!(plan.target.port, 3000);
         assert_eq!(plan.target.path, "/ws");
+    }
+
+    #[test]
+    fn warmup_defaults_to_one_move_interval_within_1s_to_10s() {
+        let warmup = |args: &[&str]| opts(args).plan_here().unwrap().warmup_ms;
+        assert_eq!(warmup(&[]), 1_000);
+        assert_eq!(warmup(&["--move-interval", "250ms"]), 1_000);
+        assert_eq!(warmup(&["--preset", "xmpp-1500"]), 8_000);
+        assert_eq!(warmup(&["--move-interval", "3600s"]), 10_000);
+        assert_eq!(
+            warmup(&["--move-interval", "3600s", "--warmup", "1h"]),
+            3_600_000
+        );
     }
 
     #[test]
