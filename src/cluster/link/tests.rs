@@ -1,17 +1,28 @@
 //! The link against a real `nats-server` (Debian's 2.9 works): the
 //! behaviour that only shows with NATS itself, such as an outage.
 
+use std::collections::HashMap;
 use std::process::Stdio;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
+use async_nats::Subject;
+use bytes::Bytes;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use std::sync::Weak;
-
-use super::*;
-use crate::cluster::shard_of;
-use crate::cluster::wire::Update;
+use super::heartbeat::to_rooms;
+use super::repair::{SYNC_CHUNK, full_soon, publish_fulls, resync_all};
+use super::start;
+use super::subscribe::{subscribe_failed, subscribe_room};
+use crate::clock::Clock;
+use crate::cluster::wire::{self, Origin, Update};
+use crate::cluster::{Cluster, ClusterSettings, Inbound, RoomSide, lock, run_inbound, shard_of};
+use crate::metrics::Metrics;
+use crate::protocol::Rules;
 
 /// Every wait in these tests is bounded by this.
 const LIMIT: Duration = Duration::from_secs(10);
