@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use async_nats::{ConnectOptions, Event};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -101,13 +101,20 @@ pub(super) async fn options(
 /// every (re)connection a heartbeat and this node's full states at once;
 /// after a lost connection, also a request to every live peer for its full
 /// states (what it published meanwhile did not reach this node).
-pub(super) async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>) {
+/// `connected` follows the connected flag, set after it, for a caller that
+/// awaits the connection instead of polling `/healthz`.
+pub(super) async fn events(
+    cluster: Arc<Cluster>,
+    mut rx: mpsc::Receiver<Event>,
+    connected: watch::Sender<bool>,
+) {
     while let Some(event) = rx.recv().await {
         match event {
             Event::Connected => {
                 cluster.connected.store(true, Ordering::Relaxed);
                 let was_down = lock(&cluster.down_since).take();
                 cluster.metrics.cluster_connected.set(1);
+                connected.send_replace(true);
                 match was_down {
                     Some(at) => info!(
                         after_ms = at.elapsed().as_millis() as u64,
@@ -135,6 +142,7 @@ pub(super) async fn events(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<Event>)
                 cluster.connected.store(false, Ordering::Relaxed);
                 lock(&cluster.down_since).get_or_insert_with(Instant::now);
                 cluster.metrics.cluster_connected.set(0);
+                connected.send_replace(false);
                 warn!(
                     "cluster: NATS connection lost; serving local members, reconnecting with backoff"
                 );

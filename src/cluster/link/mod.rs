@@ -26,7 +26,7 @@ mod subscribe;
 
 use std::sync::{Arc, Mutex, OnceLock};
 
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::info;
@@ -55,6 +55,18 @@ pub async fn start(
     rules: Rules,
     clock: Clock,
 ) -> Result<Arc<Cluster>, StartError> {
+    let (cluster, _connected) = launch(settings, metrics, rules, clock).await?;
+    Ok(cluster)
+}
+
+/// [`start`], and whether the link is connected to NATS, as it changes
+/// (set after the flag `/healthz` reads).
+async fn launch(
+    settings: ClusterSettings,
+    metrics: Arc<Metrics>,
+    rules: Rules,
+    clock: Clock,
+) -> Result<(Arc<Cluster>, watch::Receiver<bool>), StartError> {
     let epoch = loop {
         // Zero is the directory's "retired" mark; draw again.
         let e = random_u64();
@@ -155,7 +167,11 @@ pub async fn start(
     let c = &cluster;
     let stop = || c.stop.clone();
     link.spawn(until_stopped(stop(), publisher(Arc::clone(c), out_rx)));
-    link.spawn(until_stopped(stop(), events(Arc::clone(c), event_rx)));
+    let (connected, connected_rx) = watch::channel(false);
+    link.spawn(until_stopped(
+        stop(),
+        events(Arc::clone(c), event_rx, connected),
+    ));
     link.spawn(until_stopped(stop(), heartbeats(Arc::clone(c), clock)));
     for kind in [
         Control::Heartbeat,
@@ -174,7 +190,7 @@ pub async fn start(
         s.slots,
         s.prefix
     );
-    Ok(cluster)
+    Ok((cluster, connected_rx))
 }
 
 /// A random u64 from the standard library's randomly seeded hasher (no
