@@ -1,17 +1,29 @@
 //! The link against a real `nats-server` (Debian's 2.9 works): the
 //! behaviour that only shows with NATS itself, such as an outage.
 
+use std::collections::HashMap;
 use std::process::Stdio;
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
 
+use async_nats::Subject;
+use bytes::Bytes;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender, unbounded_channel};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
-use std::sync::Weak;
-
-use super::*;
-use crate::cluster::shard_of;
-use crate::cluster::wire::Update;
+use super::heartbeat::to_rooms;
+use super::launch;
+use super::repair::{SYNC_CHUNK, full_soon, publish_fulls, resync_all};
+use super::subscribe::{subscribe_failed, subscribe_room};
+use crate::clock::Clock;
+use crate::cluster::wire::{self, Origin, Update};
+use crate::cluster::{Cluster, ClusterSettings, Inbound, RoomSide, lock, run_inbound, shard_of};
+use crate::metrics::Metrics;
+use crate::protocol::Rules;
 
 /// Every wait in these tests is bounded by this.
 const LIMIT: Duration = Duration::from_secs(10);
@@ -105,6 +117,8 @@ impl RoomSide for FakeRooms {
 
 struct Node {
     cluster: Arc<Cluster>,
+    /// Whether the link is connected to NATS, as it changes.
+    connected: watch::Receiver<bool>,
     calls: UnboundedReceiver<Call>,
     _rooms: Arc<dyn RoomSide>,
 }
@@ -119,7 +133,7 @@ impl Node {
     }
 
     async fn with(s: ClusterSettings, open: &[&str]) -> Self {
-        let cluster = start(
+        let (cluster, connected) = launch(
             s,
             Arc::new(Metrics::default()),
             Rules::default(),
@@ -135,16 +149,30 @@ impl Node {
         cluster.attach(Arc::downgrade(&rooms));
         Self {
             cluster,
+            connected,
             calls,
             _rooms: rooms,
         }
     }
 
-    /// Waits until the health line contains `text`.
-    async fn health(&self, text: &str) {
-        within(text, async {
-            while !self.cluster.health_line().contains(text) {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+    /// Waits until the health line contains `text`, looking again each
+    /// time what it says changes: the connection or the live peer count.
+    async fn health(&mut self, text: &str) {
+        let what = format!("the health line to say {text:?}");
+        let cluster = &self.cluster;
+        let connected = &mut self.connected;
+        let mut peers = cluster.peers();
+        within(&what, async {
+            loop {
+                connected.borrow_and_update();
+                peers.borrow_and_update();
+                if cluster.health_line().contains(text) {
+                    return;
+                }
+                tokio::select! {
+                    changed = connected.changed() => changed.expect("the link runs"),
+                    changed = peers.changed() => changed.expect("the cluster is alive"),
+                }
             }
         })
         .await;
@@ -279,7 +307,7 @@ async fn after_a_lost_connection_a_node_asks_its_live_peers_for_full_states() {
         s.node_timeout = Duration::from_secs(60);
         s
     };
-    let a = Node::with(slow("a", 1), &["shared"]).await;
+    let mut a = Node::with(slow("a", 1), &["shared"]).await;
     let mut b = Node::with(slow("b", 2), &[]).await;
     a.health("connected, 1 peers").await;
     b.health("connected, 1 peers").await;
@@ -346,7 +374,7 @@ async fn a_resync_asks_every_live_peer_for_every_open_room_in_chunks() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_room_subscribed_after_its_opening_asks_the_peers_for_full_states() {
     let nats = NatsServer::start().await;
-    let a = Node::start("a", 1, &nats, &[]).await;
+    let mut a = Node::start("a", 1, &nats, &[]).await;
     let mut b = Node::start("b", 2, &nats, &[]).await;
     a.health("connected, 1 peers").await;
     b.health("connected, 1 peers").await;

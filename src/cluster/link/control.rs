@@ -1,0 +1,172 @@
+//! The control subjects every node subscribes to: heartbeats, snapshot
+//! requests (a peer opening a room), sync requests (a peer repairing a
+//! gap) and room-count requests (`/api/rooms`).
+
+use std::sync::Arc;
+
+use futures_util::StreamExt as _;
+use tracing::{debug, error, info};
+
+use super::heartbeat::{observe, to_rooms};
+use super::outbound::{received, send_within};
+use super::repair::full_soon;
+use crate::cluster::wire;
+use crate::cluster::{Cluster, Inbound, lock};
+
+#[derive(Clone, Copy)]
+pub(super) enum Control {
+    Heartbeat,
+    Snapshot,
+    Sync,
+    Counts,
+}
+
+/// Reads one of the control subjects every node subscribes to.
+pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
+    let subject = match kind {
+        Control::Heartbeat => cluster.subject("hb"),
+        Control::Snapshot => cluster.subject("s.*"),
+        Control::Sync => cluster.subject(&format!("n.{}", cluster.me.node)),
+        Control::Counts => cluster.subject("q.rooms"),
+    };
+    let Some(nats) = &cluster.nats else { return };
+    let mut sub = match nats.client.subscribe(subject.clone()).await {
+        Ok(sub) => sub,
+        Err(err) => {
+            error!(%err, %subject, "cluster: cannot subscribe");
+            return;
+        }
+    };
+    while let Some(msg) = sub.next().await {
+        received(&cluster, msg.payload.len());
+        match kind {
+            Control::Heartbeat => on_heartbeat(&cluster, &msg.payload),
+            Control::Snapshot => on_snapshot_request(&cluster, &msg).await,
+            Control::Sync => on_sync_request(&cluster, &msg.payload),
+            Control::Counts => on_counts_request(&cluster, &msg).await,
+        }
+    }
+}
+
+fn on_heartbeat(cluster: &Cluster, payload: &[u8]) {
+    let beat = match wire::decode_heartbeat(payload, cluster.me.slots) {
+        Ok(beat) => beat,
+        Err(err) => return bad(cluster, &err),
+    };
+    if beat.bye {
+        let was_live = lock(&cluster.directory).bye(&beat.origin);
+        if was_live {
+            info!(node = %beat.origin.node, "cluster: node stopped, removing its members");
+            cluster.count_peers();
+            to_rooms(
+                cluster,
+                Inbound::DropNode(beat.origin.node, beat.origin.epoch),
+            );
+        }
+        return;
+    }
+    observe(cluster, &beat.origin);
+}
+
+pub(super) fn bad(cluster: &Cluster, err: &wire::WireError) {
+    cluster.metrics.cluster_bad_messages.inc();
+    if let wire::WireError::Slots { ours, theirs } = err {
+        error!(
+            ours,
+            theirs, "cluster: a node uses another --cluster-slots; its messages are dropped"
+        );
+    } else {
+        debug!(%err, "cluster message dropped");
+    }
+}
+
+/// The room named by a subject's last token, checked.
+fn room_of(cluster: &Cluster, subject: &str) -> Option<String> {
+    let token = subject.rsplit('.').next()?;
+    crate::protocol::validate_room(wire::room_from_token(token), &cluster.rules).ok()
+}
+
+async fn on_snapshot_request(cluster: &Cluster, msg: &async_nats::Message) {
+    let Some(reply) = msg.reply.clone() else {
+        return;
+    };
+    let from = match wire::decode_snapshot_request(&msg.payload, cluster.me.slots) {
+        Ok(from) => from,
+        Err(err) => return bad(cluster, &err),
+    };
+    let Some(room) = room_of(cluster, &msg.subject) else {
+        cluster.metrics.cluster_bad_messages.inc();
+        return;
+    };
+    if !observe(cluster, &from) {
+        return;
+    }
+    // The asker is opening the room, so it has nobody there: forget any
+    // part of it we still hold (its `closed` may have been lost, and its
+    // new sequence starts again from 1).
+    let reset = wire::Update {
+        origin: from,
+        seq: 0,
+        full: false,
+        tick_ms: 0,
+        ops: Vec::new(),
+        motion: Vec::new(),
+        closed: true,
+    };
+    to_rooms(cluster, Inbound::Update(Arc::from(room.as_str()), reset));
+    let sent = cluster
+        .room_side()
+        .is_some_and(|rooms| rooms.publish_full(&room, Some(reply.clone())));
+    if !sent {
+        // Nobody here: an empty full state, so the asker need not wait.
+        let empty = wire::encode_update(
+            &cluster.me_pb,
+            wire::UpdateParts {
+                full: true,
+                ..Default::default()
+            },
+        );
+        send_within(cluster, cluster.settings.snapshot_timeout, reply, empty).await;
+    }
+}
+
+fn on_sync_request(cluster: &Arc<Cluster>, payload: &[u8]) {
+    let (from, rooms) = match wire::decode_sync_request(payload, cluster.me.slots, &cluster.rules) {
+        Ok(req) => req,
+        Err(err) => return bad(cluster, &err),
+    };
+    if !observe(cluster, &from) {
+        return;
+    }
+    if let Some(side) = cluster.room_side() {
+        for room in rooms {
+            full_soon(cluster, side.as_ref(), &room);
+        }
+    }
+}
+
+async fn on_counts_request(cluster: &Cluster, msg: &async_nats::Message) {
+    let Some(reply) = msg.reply.clone() else {
+        return;
+    };
+    match wire::decode_room_counts(&msg.payload, cluster.me.slots, &cluster.rules) {
+        Ok((from, _)) => {
+            if !observe(cluster, &from) {
+                return;
+            }
+        }
+        Err(err) => return bad(cluster, &err),
+    }
+    let counts = cluster
+        .room_side()
+        .map(|rooms| rooms.local_counts())
+        .unwrap_or_default();
+    // The asker waits the snapshot timeout at most: no use waiting longer.
+    send_within(
+        cluster,
+        cluster.settings.snapshot_timeout,
+        reply,
+        wire::encode_room_counts(&cluster.me_pb, counts),
+    )
+    .await;
+}

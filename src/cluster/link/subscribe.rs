@@ -1,0 +1,118 @@
+//! One subscription per room open on this node, read on the link runtime
+//! until the room closes; its decoded updates go to the room's inbound task.
+
+use std::sync::Arc;
+
+use async_nats::Subscriber;
+use futures_util::StreamExt as _;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error};
+
+use super::control::bad;
+use super::heartbeat::observe;
+use super::outbound::received;
+use crate::cluster::wire;
+use crate::cluster::{Cluster, Inbound, lock};
+
+/// Subscribes to `room`'s subject (once), and reads it on the link runtime
+/// until [`Cluster::close`]. Waits for the subscription until `deadline`
+/// at most: with NATS away the client's command queue can be full, and a
+/// join must not hang on it (the subscription then completes later, and
+/// the live peers are then asked for their full states of the room: the
+/// updates published before it were not received).
+pub(in crate::cluster) async fn subscribe_room(
+    cluster: &Arc<Cluster>,
+    room: &str,
+    deadline: Instant,
+) {
+    let token = CancellationToken::new();
+    {
+        let mut subs = lock(&cluster.subs);
+        if subs.contains_key(room) {
+            return;
+        }
+        subs.insert(Arc::from(room), token.clone());
+    }
+    cluster.metrics.cluster_rooms_subscribed.inc();
+    let Some(nats) = &cluster.nats else { return };
+    let (done, subscribed) = tokio::sync::oneshot::channel();
+    let (c, room) = (Arc::clone(cluster), Arc::<str>::from(room));
+    nats.link.spawn(async move {
+        let Some(nats) = &c.nats else { return };
+        let sub = tokio::select! {
+            () = token.cancelled() => return,
+            () = c.stop.cancelled() => return,
+            sub = nats.client.subscribe(c.room_subject(&room)) => sub,
+        };
+        let _ = done.send(());
+        match sub {
+            Ok(sub) => {
+                if Instant::now() > deadline {
+                    debug!(%room, "cluster: the room subscription came after the opening; asking for full states");
+                    subscribed_late(&c, &room);
+                }
+                read_room(Arc::clone(&c), room, sub, token).await;
+            }
+            Err(err) => {
+                error!(%err, %room, "cluster: cannot subscribe to the room");
+                subscribe_failed(&c, &room, &token);
+            }
+        }
+    });
+    let _ = tokio::time::timeout_at(deadline, subscribed).await;
+}
+
+/// The subscription to `room` came after its opening gave up waiting:
+/// every live peer is asked for its full state of the room.
+fn subscribed_late(cluster: &Cluster, room: &str) {
+    let peers = lock(&cluster.directory).live_nodes();
+    for node in peers {
+        cluster.request_sync(&node, vec![room.to_owned()]);
+    }
+}
+
+/// The subscription under `token` failed: forgets it, unless the room was
+/// closed meanwhile (its token cancelled), and maybe opened again under a
+/// newer subscription, which must stay.
+pub(super) fn subscribe_failed(cluster: &Cluster, room: &str, token: &CancellationToken) {
+    let mut subs = lock(&cluster.subs);
+    // `close` cancels a token as it removes it, so an uncancelled token is
+    // still the one in the map.
+    if !token.is_cancelled() && subs.remove(room).is_some() {
+        token.cancel();
+        cluster.metrics.cluster_rooms_subscribed.dec();
+    }
+}
+
+async fn read_room(
+    cluster: Arc<Cluster>,
+    room: Arc<str>,
+    mut sub: Subscriber,
+    token: CancellationToken,
+) {
+    loop {
+        let msg = tokio::select! {
+            () = token.cancelled() => break,
+            () = cluster.stop.cancelled() => break,
+            msg = sub.next() => msg,
+        };
+        let Some(msg) = msg else { break };
+        received(&cluster, msg.payload.len());
+        match wire::decode_update(&msg.payload, cluster.me.slots, &cluster.rules) {
+            Ok(update) => {
+                if observe(&cluster, &update.origin) {
+                    // Waits when the server runtime lags: the subscription
+                    // then buffers, and past its capacity NATS drops (gaps,
+                    // repaired by full states).
+                    let _ = cluster
+                        .inbound_for(&room)
+                        .send(Inbound::Update(Arc::clone(&room), update))
+                        .await;
+                }
+            }
+            Err(err) => bad(&cluster, &err),
+        }
+    }
+    let _ = sub.unsubscribe().await;
+}
