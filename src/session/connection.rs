@@ -164,20 +164,24 @@ pub async fn run(
         socket,
         outbox,
         moves: Budget::new(
-            config.move_interval(),
-            config.move_burst,
-            config.flood_factor,
+            config.session.move_interval(),
+            config.session.move_burst,
+            config.session.flood_factor,
         ),
         chats: Budget::new(
-            config.chat_interval(),
-            config.chat_burst,
-            config.flood_factor,
+            config.session.chat_interval(),
+            config.session.chat_burst,
+            config.session.flood_factor,
         ),
-        joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
+        joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.session.flood_factor),
         strikes: Gcra::new(Duration::from_secs(1), 20),
-        pings: config
-            .ping_interval()
-            .map(|every| Budget::new(every, config.ping_burst, config.flood_factor)),
+        pings: config.session.ping_interval().map(|every| {
+            Budget::new(
+                every,
+                config.session.ping_burst,
+                config.session.flood_factor,
+            )
+        }),
         ping_notices: Gcra::new(PING_NOTICE_INTERVAL, 1),
         membership: None,
         deferred: None,
@@ -232,8 +236,8 @@ fn keepalive_start(shared: &Shared, period: Duration) -> Instant {
 impl Connection {
     async fn serve(&mut self) -> End {
         let config = Arc::clone(&self.shared.config);
-        let idle_timeout = Duration::from_millis(config.idle_timeout_ms);
-        let ping_every = Duration::from_millis(config.ping_interval_ms);
+        let idle_timeout = Duration::from_millis(config.session.idle_timeout_ms);
+        let ping_every = Duration::from_millis(config.session.ping_interval_ms);
         let period = ping_every.min(idle_timeout);
         let mut keepalive = tokio::time::interval_at(keepalive_start(&self.shared, period), period);
         keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -246,7 +250,7 @@ impl Connection {
         let deferral = sleep_until(Instant::now());
         tokio::pin!(deferral);
         // Armed while the socket has a backlog: the peer must read it by then.
-        let send_timeout = Duration::from_millis(config.send_timeout_ms);
+        let send_timeout = Duration::from_millis(config.session.send_timeout_ms);
         let mut stall_armed = false;
         let stall = sleep_until(Instant::now());
         tokio::pin!(stall);
@@ -357,7 +361,7 @@ impl Connection {
             // A frame, or a fragmented message as it is assembled, past
             // `max_message_bytes`: refused at the first frame over it.
             WsError::Capacity(cap) => {
-                let limit = self.shared.config.max_message_bytes;
+                let limit = self.shared.config.session.max_message_bytes;
                 let text = match cap {
                     CapacityError::MessageTooLong { size, .. } => {
                         format!("a message of {size} bytes or more: the limit is {limit} bytes")
@@ -661,7 +665,7 @@ impl Connection {
         let config = &self.shared.config;
         let budget = format!(
             "{} a second, bursts of {}",
-            config.pings_per_sec, config.ping_burst
+            config.session.pings_per_sec, config.session.ping_burst
         );
         let wait = at.saturating_duration_since(now).as_millis();
         let text = if kind == PingKind::Protocol {
@@ -738,7 +742,7 @@ impl Connection {
     }
 
     async fn send(&mut self, msg: Message) -> Result<(), End> {
-        let limit = Duration::from_millis(self.shared.config.send_timeout_ms);
+        let limit = Duration::from_millis(self.shared.config.session.send_timeout_ms);
         match timeout(limit, self.socket.send(msg)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(err)) => {
