@@ -10,6 +10,8 @@
 //! - [`directory`]: which peers are alive, by (name, epoch). Pure.
 //! - [`link`]: the NATS client on a runtime of its own (one OS thread):
 //!   connection, subscriptions, heartbeats, the outgoing queue, requests.
+//! - [`settings`]: the cluster's flags ([`ClusterConfig`]) and what a
+//!   node runs with ([`ClusterSettings`]: name and slot resolved).
 //!
 //! [`Cluster`] is the handle the rest of the server holds. Rooms never await
 //! NATS under a lock or in the tick: they push encoded messages into a

@@ -91,7 +91,8 @@ pub struct ClusterConfig {
     pub nats_tls_key_file: Option<PathBuf>,
 
     /// Refuse to talk to NATS without TLS. Takes 1/0, yes/no, true/false, on/off.
-    #[arg(long, display_order = 47, env = "AMBLE_NATS_REQUIRE_TLS", value_parser = clap::builder::BoolishValueParser::new(),
+    #[arg(long, display_order = 47, env = "AMBLE_NATS_REQUIRE_TLS",
+          value_parser = clap::builder::BoolishValueParser::new(),
           action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
           default_missing_value = "true")]
     pub nats_require_tls: bool,
@@ -143,7 +144,8 @@ pub struct ClusterConfig {
 
     /// How long (milliseconds) a node opening a room waits for the other
     /// nodes' parts of it before it welcomes the joiner.
-    #[arg(long, display_order = 55, env = "AMBLE_CLUSTER_SNAPSHOT_TIMEOUT_MS", default_value_t = 250,
+    #[arg(long, display_order = 55, env = "AMBLE_CLUSTER_SNAPSHOT_TIMEOUT_MS",
+          default_value_t = 250,
           value_parser = clap::value_parser!(u64).range(1..=60_000))]
     pub cluster_snapshot_timeout_ms: u64,
 

@@ -58,7 +58,7 @@ pub struct Config {
     #[command(flatten)]
     pub cluster: ClusterConfig,
 
-    // The process: connection cap, runtime, shutdown, logging.
+    // The process: connection cap, shutdown, runtime, logging.
     /// Most open WebSocket connections; more are refused with 1013. Each
     /// takes one open file: when the process's open-file limit cannot hold
     /// this many plus --max-http-connections, the server serves fewer and
@@ -85,7 +85,8 @@ pub struct Config {
 
     /// Log as JSON lines (for containers) instead of text. Takes an
     /// optional value: 1/0, yes/no, true/false, on/off.
-    #[arg(long, display_order = 58, env = "AMBLE_LOG_JSON", value_parser = clap::builder::BoolishValueParser::new(),
+    #[arg(long, display_order = 58, env = "AMBLE_LOG_JSON",
+          value_parser = clap::builder::BoolishValueParser::new(),
           action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
           default_missing_value = "true")]
     pub log_json: bool,

@@ -159,29 +159,25 @@ pub async fn run(
     permit: tokio::sync::OwnedSemaphorePermit,
     client: Client,
 ) {
-    let config = &shared.config;
+    let config = &shared.config.session;
     let mut conn = Connection {
         socket,
         outbox,
         moves: Budget::new(
-            config.session.move_interval(),
-            config.session.move_burst,
-            config.session.flood_factor,
+            config.move_interval(),
+            config.move_burst,
+            config.flood_factor,
         ),
         chats: Budget::new(
-            config.session.chat_interval(),
-            config.session.chat_burst,
-            config.session.flood_factor,
+            config.chat_interval(),
+            config.chat_burst,
+            config.flood_factor,
         ),
-        joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.session.flood_factor),
+        joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
         strikes: Gcra::new(Duration::from_secs(1), 20),
-        pings: config.session.ping_interval().map(|every| {
-            Budget::new(
-                every,
-                config.session.ping_burst,
-                config.session.flood_factor,
-            )
-        }),
+        pings: config
+            .ping_interval()
+            .map(|every| Budget::new(every, config.ping_burst, config.flood_factor)),
         ping_notices: Gcra::new(PING_NOTICE_INTERVAL, 1),
         membership: None,
         deferred: None,
@@ -662,10 +658,10 @@ impl Connection {
         if kind == PingKind::Pong || self.ping_notices.admit(now) != Admit::Now {
             return Ok(false);
         }
-        let config = &self.shared.config;
+        let config = &self.shared.config.session;
         let budget = format!(
             "{} a second, bursts of {}",
-            config.session.pings_per_sec, config.session.ping_burst
+            config.pings_per_sec, config.ping_burst
         );
         let wait = at.saturating_duration_since(now).as_millis();
         let text = if kind == PingKind::Protocol {
