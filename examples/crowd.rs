@@ -79,10 +79,8 @@ fn raise_open_file_limit() {
 }
 
 async fn run(args: &Args) -> Value {
-    let config = Config {
-        room_capacity: Config::default().room_capacity.max(args.bots + 1),
-        ..Config::default()
-    };
+    let mut config = Config::default();
+    config.room.room_capacity = config.room.room_capacity.max(args.bots + 1);
     let server = Server::with(config).await;
     let mut bots: Vec<JoinHandle<()>> = Vec::new();
     let ids: Vec<u32> = (0..args.bots).collect();

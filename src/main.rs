@@ -29,12 +29,12 @@ fn main() -> anyhow::Result<()> {
 
 async fn run(config: Config) -> anyhow::Result<()> {
     amble::raise_open_files_limit();
-    let listener = TcpListener::bind(config.listen.to_bind())
+    let listener = TcpListener::bind(config.edge.listen.to_bind())
         .await
         .with_context(|| {
             format!(
                 "cannot listen on {} (set --listen or AMBLE_LISTEN to a free address)",
-                config.listen
+                config.edge.listen
             )
         })?;
     let addr = listener.local_addr().context("listener address")?;

@@ -17,8 +17,61 @@ use ipnet::IpNet;
 use tokio::time::Instant;
 
 use crate::access::throttle::{Admit, Gcra};
-use crate::config::{Config, ForwardedHeader};
 use crate::metrics::Metrics;
+
+/// What one client address may hold (`--max-connections-per-ip`, the join
+/// budget), and whose forwarding headers name the client.
+#[derive(Clone, Debug, clap::Args)]
+pub struct AddressConfig {
+    /// Most open connections (HTTP and WebSocket) from one client address
+    /// (IPv6: one /64 network); more are refused with 429.
+    #[arg(long, display_order = 27, env = "AMBLE_MAX_CONNECTIONS_PER_IP", default_value_t = 256,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections_per_ip: u32,
+
+    /// Joins one client address may make across all its sockets: one per
+    /// this many milliseconds...
+    #[arg(long, display_order = 28, env = "AMBLE_IP_JOIN_INTERVAL_MS", default_value_t = 250,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ip_join_interval_ms: u32,
+
+    /// ...after a burst of this many.
+    #[arg(long, display_order = 29, env = "AMBLE_IP_JOIN_BURST", default_value_t = 30,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub ip_join_burst: u32,
+
+    /// Reverse proxies (CIDR list, e.g. `10.0.0.0/8,::1/128`) whose
+    /// forwarding header names the client. Other peers are the client.
+    #[arg(
+        long,
+        display_order = 30,
+        env = "AMBLE_TRUSTED_PROXIES",
+        value_delimiter = ','
+    )]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+
+    /// The header the trusted proxies append the client address to (the
+    /// other one is ignored, since a client could have written it).
+    #[arg(long, display_order = 31, env = "AMBLE_FORWARDED_HEADER", value_enum,
+          default_value_t = ForwardedHeader::XForwardedFor)]
+    pub forwarded_header: ForwardedHeader,
+
+    /// Exempt loopback clients (127.0.0.0/8, ::1) from the per-address
+    /// limits, so a local load test or proxy is not throttled.
+    #[arg(long, display_order = 32, env = "AMBLE_EXEMPT_LOOPBACK", default_value_t = true,
+          value_parser = clap::builder::BoolishValueParser::new(),
+          action = clap::ArgAction::Set)]
+    pub exempt_loopback: bool,
+}
+
+/// Where a trusted proxy writes the client address.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ForwardedHeader {
+    /// `X-Forwarded-For: client, proxy1, ...` (nginx, Caddy, HAProxy, cloud load balancers).
+    XForwardedFor,
+    /// `Forwarded: for=client, for=proxy1` (RFC 7239).
+    Forwarded,
+}
 
 /// What a request's client address was resolved to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -204,7 +257,7 @@ const SWEEP_FLOOR: usize = 1_024;
 impl Addresses {
     /// `sockets` is the most sockets the server may hold at once; the
     /// table holds at most twice as many addresses.
-    pub fn new(config: &Config, sockets: usize, metrics: Arc<Metrics>) -> Arc<Self> {
+    pub fn new(config: &AddressConfig, sockets: usize, metrics: Arc<Metrics>) -> Arc<Self> {
         Arc::new(Self {
             trusted: config.trusted_proxies.clone(),
             header: config.forwarded_header,

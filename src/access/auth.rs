@@ -19,8 +19,35 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
-use crate::config::Config;
 use crate::protocol::{DecodeError, ErrorCode, Rules, validate_room};
+
+/// Who may join: the key tokens are checked with (`--auth-*`). At most
+/// one of the two files.
+#[derive(Clone, Debug, clap::Args)]
+pub struct AuthConfig {
+    /// File holding an HS256 secret (at least 32 bytes; trailing line breaks
+    /// are not part of it). When set, every Join must carry a token signed
+    /// with it (see docs/protocol.md, "Tokens"). Read once at start.
+    #[arg(
+        long,
+        display_order = 37,
+        env = "AMBLE_AUTH_HS256_SECRET_FILE",
+        value_name = "PATH",
+        conflicts_with = "auth_public_key_file"
+    )]
+    pub auth_hs256_secret_file: Option<std::path::PathBuf>,
+
+    /// File holding a PEM public key (RSA for RS256, or Ed25519 for EdDSA;
+    /// the algorithm follows the key). When set, every Join must carry a
+    /// token signed with the matching private key. Read once at start.
+    #[arg(
+        long,
+        display_order = 38,
+        env = "AMBLE_AUTH_PUBLIC_KEY_FILE",
+        value_name = "PATH"
+    )]
+    pub auth_public_key_file: Option<std::path::PathBuf>,
+}
 
 /// Clock skew tolerated on `exp` (and `nbf`, when a token has one), seconds.
 pub const LEEWAY_SECS: u64 = 30;
@@ -324,7 +351,7 @@ pub enum Gate {
 
 impl Gate {
     /// The gate the config asks for, reading its secret or key file once.
-    pub fn from_config(config: &Config) -> Result<Self, SetupError> {
+    pub fn from_config(config: &AuthConfig) -> Result<Self, SetupError> {
         if let Some(path) = &config.auth_hs256_secret_file {
             let secret = read_secret(path, SECRET_FLAG)?;
             return Ok(Self::Tokens(Box::new(Verifier::new(

@@ -10,6 +10,8 @@
 //! - [`directory`]: which peers are alive, by (name, epoch). Pure.
 //! - [`link`]: the NATS client on a runtime of its own (one OS thread):
 //!   connection, subscriptions, heartbeats, the outgoing queue, requests.
+//! - [`settings`]: the cluster's flags ([`ClusterConfig`]) and what a
+//!   node runs with ([`ClusterSettings`]: name and slot resolved).
 //!
 //! [`Cluster`] is the handle the rest of the server holds. Rooms never await
 //! NATS under a lock or in the tick: they push encoded messages into a
@@ -21,10 +23,10 @@
 
 pub mod directory;
 pub mod link;
+pub mod settings;
 pub mod wire;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
@@ -36,137 +38,11 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, warn};
 
-use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::protocol::Rules;
 use directory::Directory;
+pub use settings::{ClusterConfig, ClusterSettings, SettingsError};
 use wire::{Origin, Update, cpb};
-
-/// How a cluster node runs: from the config and the port bound.
-#[derive(Clone, Debug)]
-pub struct ClusterSettings {
-    pub urls: Vec<String>,
-    pub creds_file: Option<PathBuf>,
-    pub token_file: Option<PathBuf>,
-    pub user: Option<String>,
-    pub password_file: Option<PathBuf>,
-    pub tls_ca_file: Option<PathBuf>,
-    pub tls_cert_file: Option<PathBuf>,
-    pub tls_key_file: Option<PathBuf>,
-    pub require_tls: bool,
-    pub node: String,
-    pub slot: u32,
-    pub slots: u32,
-    pub prefix: String,
-    pub heartbeat: Duration,
-    pub node_timeout: Duration,
-    pub lead: Duration,
-    pub snapshot_timeout: Duration,
-    pub queue: usize,
-    pub linger: Duration,
-}
-
-impl ClusterSettings {
-    /// The settings for `config` on `port`, or `None` without `--nats`.
-    pub fn from_config(config: &Config, port: u16) -> Result<Option<Self>, String> {
-        if config.nats.is_empty() {
-            return Ok(None);
-        }
-        let node = match &config.node_name {
-            Some(name) => name.clone(),
-            None => default_node_name(&host_name(), port),
-        };
-        let slots = config.cluster_slots;
-        let slot = match config.node_slot {
-            Some(slot) if slot < slots => slot,
-            Some(slot) => {
-                return Err(format!(
-                    "--node-slot {slot} must be below --cluster-slots {slots}"
-                ));
-            }
-            None => default_slot(&node, slots),
-        };
-        if config.cluster_lead_ms >= config.tick_ms && config.tick_ms > 0 {
-            return Err(format!(
-                "--cluster-lead-ms {} must be below --tick-ms {}",
-                config.cluster_lead_ms, config.tick_ms
-            ));
-        }
-        Ok(Some(Self {
-            urls: config.nats.clone(),
-            creds_file: config.nats_creds_file.clone(),
-            token_file: config.nats_token_file.clone(),
-            user: config.nats_user.clone(),
-            password_file: config.nats_password_file.clone(),
-            tls_ca_file: config.nats_tls_ca_file.clone(),
-            tls_cert_file: config.nats_tls_cert_file.clone(),
-            tls_key_file: config.nats_tls_key_file.clone(),
-            require_tls: config.nats_require_tls,
-            node,
-            slot,
-            slots,
-            prefix: config.cluster_prefix.clone(),
-            heartbeat: Duration::from_millis(config.cluster_heartbeat_ms),
-            node_timeout: Duration::from_millis(config.cluster_node_timeout_ms),
-            lead: Duration::from_millis(u64::from(config.cluster_lead_ms)),
-            snapshot_timeout: Duration::from_millis(config.cluster_snapshot_timeout_ms),
-            queue: config.cluster_queue as usize,
-            linger: Duration::from_millis(config.cluster_room_linger_ms),
-        }))
-    }
-}
-
-/// This machine's host name, or `amble` when it cannot be read.
-fn host_name() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::env::var("HOSTNAME").ok())
-        .map(|h| h.trim().to_owned())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "amble".to_owned())
-}
-
-/// The default node name: the host name's first label, with anything
-/// outside `[A-Za-z0-9_-]` made a `-`, then `-PORT`.
-pub fn default_node_name(host: &str, port: u16) -> String {
-    let label = host.split('.').next().unwrap_or_default();
-    let mut name: String = label
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '-'
-            }
-        })
-        .take(wire::MAX_NODE_CHARS - 6)
-        .collect();
-    if name.is_empty() {
-        name.push_str("amble");
-    }
-    format!("{name}-{port}")
-}
-
-/// The default slot: the name's trailing number mod `slots`, else a stable
-/// hash (FNV-1a) of the name mod `slots`.
-pub fn default_slot(name: &str, slots: u32) -> u32 {
-    let digits = name.len() - name.trim_end_matches(|c: char| c.is_ascii_digit()).len();
-    let tail = &name[name.len() - digits..];
-    // At most 20 digits are read (the rest cannot change a u64 parse's
-    // fit); a longer run falls back to the hash.
-    if !tail.is_empty()
-        && let Ok(n) = tail.parse::<u64>()
-    {
-        // The remainder is below `slots`, a u32.
-        return (n % u64::from(slots)) as u32;
-    }
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.bytes() {
-        hash ^= u64::from(b);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    (hash % u64::from(slots)) as u32
-}
 
 /// What the rooms give the cluster, and take from it. `room::Rooms`
 /// implements it; the cluster holds it weakly (rooms own the cluster
@@ -554,14 +430,14 @@ impl Cluster {
     /// Test settings: node `name` in `slot` of 16.
     #[cfg(test)]
     pub(crate) fn test_settings(name: &str, slot: u32) -> ClusterSettings {
-        let config = Config {
+        let config = ClusterConfig {
             nats: vec!["nats://127.0.0.1:1".into()],
             node_name: Some(name.into()),
             node_slot: Some(slot),
             cluster_room_linger_ms: 0,
-            ..Config::default()
+            ..ClusterConfig::default()
         };
-        ClusterSettings::from_config(&config, 1)
+        ClusterSettings::from_config(&config, 100, 1)
             .ok()
             .flatten()
             .expect("valid test settings")
@@ -638,50 +514,5 @@ async fn run_inbound(
             }
         })
         .await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn default_names_and_slots() {
-        assert_eq!(default_node_name("box.example.org", 3000), "box-3000");
-        assert_eq!(default_node_name("we ird!", 3001), "we-ird--3001");
-        assert_eq!(default_node_name("", 80), "amble-80");
-        assert!(wire::valid_node_name(&default_node_name(
-            &"x".repeat(300),
-            65535
-        )));
-        assert_eq!(default_slot("amble-1", 16), 1);
-        assert_eq!(default_slot("box-3001", 16), 9);
-        assert_eq!(default_slot("n17", 16), 1);
-        let hashed = default_slot("alpha", 16);
-        assert!(hashed < 16);
-        assert_eq!(hashed, default_slot("alpha", 16), "stable");
-        // A run of digits too long for a u64 falls back to the hash.
-        assert!(default_slot(&"9".repeat(40), 16) < 16);
-    }
-
-    #[test]
-    fn settings_need_nats_and_check_the_slot_and_lead() {
-        let mut config = Config::default();
-        assert!(
-            ClusterSettings::from_config(&config, 3000)
-                .unwrap()
-                .is_none()
-        );
-        config.nats = vec!["nats://127.0.0.1:4222".into()];
-        config.node_name = Some("n3".into());
-        let s = ClusterSettings::from_config(&config, 3000)
-            .unwrap()
-            .unwrap();
-        assert_eq!((s.node.as_str(), s.slot, s.slots), ("n3", 3, 16));
-        config.node_slot = Some(16);
-        assert!(ClusterSettings::from_config(&config, 3000).is_err());
-        config.node_slot = Some(15);
-        config.cluster_lead_ms = 100;
-        assert!(ClusterSettings::from_config(&config, 3000).is_err());
     }
 }

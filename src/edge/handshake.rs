@@ -268,7 +268,7 @@ mod tests {
     }
 
     fn defaults() -> Vec<OriginPattern> {
-        crate::config::Config::default().allowed_origins
+        crate::config::Config::default().edge.allowed_origins
     }
 
     fn refusal(method: Method, headers: &HeaderMap) -> (StatusCode, RefusalReason) {

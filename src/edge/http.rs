@@ -77,7 +77,7 @@ impl Http {
     /// `cap` is the most connections in the pool at once.
     pub fn new(shared: Arc<Shared>, cap: usize) -> Arc<Self> {
         let config = &shared.config;
-        let max_head = config.http_max_header_bytes as usize;
+        let max_head = config.edge.http_max_header_bytes as usize;
         let mut builder = http1::Builder::new();
         builder
             .timer(TokioTimer::new())
@@ -91,8 +91,8 @@ impl Http {
             router: routes::router(Arc::clone(&shared)),
             builder,
             pool: Pool::new(cap, Arc::clone(&shared.metrics)),
-            header_timeout: config.http_header_timeout(),
-            idle_timeout: config.http_idle_timeout(),
+            header_timeout: config.edge.http_header_timeout(),
+            idle_timeout: config.edge.http_idle_timeout(),
             drain: DRAIN.min(Duration::from_millis(config.shutdown_timeout_ms)),
             next_id: AtomicU64::new(0),
             tasks: TaskTracker::new(),

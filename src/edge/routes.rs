@@ -50,7 +50,7 @@ async fn rooms(State(shared): State<Arc<Shared>>) -> axum::Json<RoomList> {
             .map(|(name, members)| crate::room::RoomInfo {
                 name,
                 members: members as usize,
-                capacity: shared.config.room_capacity as usize,
+                capacity: shared.config.room.room_capacity as usize,
             })
             .collect(),
         None => shared.rooms.list(),

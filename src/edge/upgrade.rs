@@ -38,7 +38,7 @@ pub(super) async fn upgrade(
         request.method(),
         request.version(),
         request.headers(),
-        &shared.config.allowed_origins,
+        &shared.config.edge.allowed_origins,
     ) {
         Ok(accept) => accept,
         Err(refusal) => return refuse(&shared, peer, request.headers(), refusal),
@@ -68,7 +68,7 @@ pub(super) async fn upgrade(
     // The limit holds for one frame and for a fragmented message while it
     // is assembled: the first frame past it is refused (1009), before its
     // payload is read.
-    let max = shared.config.max_message_bytes as usize;
+    let max = shared.config.session.max_message_bytes as usize;
     let largest = largest_frame(&shared.config);
     let ws_config = WebSocketConfig::default()
         .read_buffer_size(READ_BUFFER_BYTES)
@@ -98,7 +98,7 @@ pub(super) async fn upgrade(
                     return;
                 }
             };
-            let queue = shared.config.send_queue_bytes as usize;
+            let queue = shared.config.session.send_queue_bytes as usize;
             let outbox = Outbox::new(
                 unwrap_upgraded(upgraded),
                 Arc::clone(&shared.metrics),
@@ -145,6 +145,6 @@ fn refuse(shared: &Shared, peer: SocketAddr, headers: &HeaderMap, refusal: Refus
 /// The largest frame the server may have to write: a `Welcome` or `Resync`
 /// snapshot of a full room whose names use 4-byte characters throughout.
 fn largest_frame(config: &Config) -> usize {
-    let per_member = 4 * config.max_name_chars as usize + 64;
-    config.room_capacity as usize * per_member + 4 * 1024
+    let per_member = 4 * config.session.max_name_chars as usize + 64;
+    config.room.room_capacity as usize * per_member + 4 * 1024
 }

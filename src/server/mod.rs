@@ -37,8 +37,8 @@ pub enum StartError {
     #[error("cannot read the listening address: {0}")]
     Listener(std::io::Error),
     /// The cluster flags (`--node-slot`, `--cluster-lead-ms`, ...) do not fit together.
-    #[error("{0}")]
-    Cluster(String),
+    #[error(transparent)]
+    Cluster(#[from] cluster::SettingsError),
     /// The cluster link (`--nats` and its files) cannot start.
     #[error(transparent)]
     ClusterStart(#[from] cluster::link::StartError),
@@ -82,7 +82,7 @@ pub async fn serve_started(
     shutdown: impl Future<Output = ()> + Send + 'static,
     started: impl FnOnce(Started) + Send,
 ) -> Result<(), StartError> {
-    let gate = Gate::from_config(&config)?;
+    let gate = Gate::from_config(&config.auth)?;
     match &gate {
         Gate::Open => warn!(
             "no --auth-hs256-secret-file or --auth-public-key-file: \
@@ -93,7 +93,7 @@ pub async fn serve_started(
             "tokens required: every Join must carry a token signed with the configured key"
         ),
     }
-    let metrics_token = match &config.metrics_token_file {
+    let metrics_token = match &config.edge.metrics_token_file {
         Some(path) => Some(MetricsToken::read(path)?),
         None => {
             info!(
@@ -106,7 +106,7 @@ pub async fn serve_started(
     let capacity = Capacity::fit(
         open_files,
         config.max_connections,
-        config.max_http_connections,
+        config.edge.max_http_connections,
     );
     if capacity.lowered {
         warn!(
@@ -119,14 +119,14 @@ pub async fn serve_started(
              systemd LimitNOFILE=, docker --ulimit nofile=) or lower those flags",
             limit = open_files.unwrap_or_default(),
             ws = config.max_connections,
-            http = config.max_http_connections,
+            http = config.edge.max_http_connections,
             ews = capacity.websockets,
             ehttp = capacity.http,
         );
     }
     let port = listener.local_addr().map_err(StartError::Listener)?.port();
     let cluster_settings =
-        cluster::ClusterSettings::from_config(&config, port).map_err(StartError::Cluster)?;
+        cluster::ClusterSettings::from_config(&config.cluster, config.room.tick_ms, port)?;
     let shared = shared::state(config, gate, metrics_token, capacity, open_files);
     let http = Http::new(Arc::clone(&shared), capacity.http as usize);
     if let Some(settings) = cluster_settings {
@@ -150,7 +150,7 @@ pub async fn serve_started(
         Arc::clone(&shared.addresses),
         Arc::new(Semaphore::new(capacity.sockets())),
         Arc::clone(&shared.metrics),
-        config.socket_send_buffer as usize,
+        config.edge.socket_send_buffer as usize,
         token.clone(),
     ));
     started(Started {

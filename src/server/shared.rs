@@ -65,17 +65,17 @@ pub(crate) fn state(
         .set(open_files.map_or(-1, |l| i64::try_from(l).unwrap_or(i64::MAX)));
     let rooms = Rooms::new(
         RoomSettings {
-            tick: config.tick(),
-            tick_workers: usize::from(config.tick_workers),
-            motion_time_unit_ms: config.motion_time_unit_ms(),
-            capacity: config.room_capacity as usize,
+            tick: config.room.tick(),
+            tick_workers: usize::from(config.room.tick_workers),
+            motion_time_unit_ms: config.room.motion_time_unit_ms(),
+            capacity: config.room.room_capacity as usize,
             spawn: Position {
-                x: config.world_width / 2,
-                y: config.world_height / 2,
+                x: config.room.world_width / 2,
+                y: config.room.world_height / 2,
             },
             world: Position {
-                x: config.world_width,
-                y: config.world_height,
+                x: config.room.world_width,
+                y: config.room.world_height,
             },
             limits: config.limits(),
         },
@@ -86,7 +86,7 @@ pub(crate) fn state(
         rules: config.rules(),
         gate,
         clock,
-        addresses: Addresses::new(&config, capacity.sockets(), Arc::clone(&metrics)),
+        addresses: Addresses::new(&config.addresses, capacity.sockets(), Arc::clone(&metrics)),
         metrics,
         rooms,
         connection_slots: Arc::new(Semaphore::new(capacity.websockets as usize)),

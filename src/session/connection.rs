@@ -159,7 +159,7 @@ pub async fn run(
     permit: tokio::sync::OwnedSemaphorePermit,
     client: Client,
 ) {
-    let config = &shared.config;
+    let config = &shared.config.session;
     let mut conn = Connection {
         socket,
         outbox,
@@ -232,8 +232,8 @@ fn keepalive_start(shared: &Shared, period: Duration) -> Instant {
 impl Connection {
     async fn serve(&mut self) -> End {
         let config = Arc::clone(&self.shared.config);
-        let idle_timeout = Duration::from_millis(config.idle_timeout_ms);
-        let ping_every = Duration::from_millis(config.ping_interval_ms);
+        let idle_timeout = Duration::from_millis(config.session.idle_timeout_ms);
+        let ping_every = Duration::from_millis(config.session.ping_interval_ms);
         let period = ping_every.min(idle_timeout);
         let mut keepalive = tokio::time::interval_at(keepalive_start(&self.shared, period), period);
         keepalive.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -246,7 +246,7 @@ impl Connection {
         let deferral = sleep_until(Instant::now());
         tokio::pin!(deferral);
         // Armed while the socket has a backlog: the peer must read it by then.
-        let send_timeout = Duration::from_millis(config.send_timeout_ms);
+        let send_timeout = Duration::from_millis(config.session.send_timeout_ms);
         let mut stall_armed = false;
         let stall = sleep_until(Instant::now());
         tokio::pin!(stall);
@@ -357,7 +357,7 @@ impl Connection {
             // A frame, or a fragmented message as it is assembled, past
             // `max_message_bytes`: refused at the first frame over it.
             WsError::Capacity(cap) => {
-                let limit = self.shared.config.max_message_bytes;
+                let limit = self.shared.config.session.max_message_bytes;
                 let text = match cap {
                     CapacityError::MessageTooLong { size, .. } => {
                         format!("a message of {size} bytes or more: the limit is {limit} bytes")
@@ -658,7 +658,7 @@ impl Connection {
         if kind == PingKind::Pong || self.ping_notices.admit(now) != Admit::Now {
             return Ok(false);
         }
-        let config = &self.shared.config;
+        let config = &self.shared.config.session;
         let budget = format!(
             "{} a second, bursts of {}",
             config.pings_per_sec, config.ping_burst
@@ -738,7 +738,7 @@ impl Connection {
     }
 
     async fn send(&mut self, msg: Message) -> Result<(), End> {
-        let limit = Duration::from_millis(self.shared.config.send_timeout_ms);
+        let limit = Duration::from_millis(self.shared.config.session.send_timeout_ms);
         match timeout(limit, self.socket.send(msg)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(err)) => {

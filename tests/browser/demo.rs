@@ -18,10 +18,9 @@ const CAPACITY: u32 = 2;
 const ROOM: &str = "browser-test";
 
 fn config() -> Config {
-    Config {
-        room_capacity: CAPACITY,
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.room.room_capacity = CAPACITY;
+    config
 }
 
 /// A member as the page renders it (`window.ambleDemo.members()`).

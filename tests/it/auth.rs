@@ -47,7 +47,7 @@ fn key(name: &str) -> Vec<u8> {
 /// A server that requires HS256 tokens signed with `SECRET`.
 async fn hs256_server(files: &Files) -> TestServer {
     let path = files.write("secret", SECRET);
-    TestServer::with(config(|c| c.auth_hs256_secret_file = Some(path))).await
+    TestServer::with(config(|c| c.auth.auth_hs256_secret_file = Some(path))).await
 }
 
 fn claims(sub: &str) -> Claims {
@@ -261,7 +261,7 @@ async fn without_a_key_amble_stays_open_and_ignores_tokens() {
 async fn an_ed25519_public_key_accepts_eddsa_tokens_only() {
     let files = Files::new("eddsa");
     let path = files.write("public.pem", &key("ed25519-public.pem"));
-    let server = TestServer::with(config(|c| c.auth_public_key_file = Some(path))).await;
+    let server = TestServer::with(config(|c| c.auth.auth_public_key_file = Some(path))).await;
     let signing = EncodingKey::from_ed_pem(&key("ed25519-private.pem")).expect("key");
     let eddsa =
         jsonwebtoken::encode(&Header::new(Algorithm::EdDSA), &claims("u"), &signing).expect("sign");
@@ -282,7 +282,7 @@ async fn a_short_secret_stops_the_server_naming_the_flag() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let config = config(|c| c.auth_hs256_secret_file = Some(path));
+    let config = config(|c| c.auth.auth_hs256_secret_file = Some(path));
     let err = within("serve to fail", amble::serve(listener, config, async {}))
         .await
         .expect_err("refused");

@@ -53,8 +53,8 @@ impl Room {
 fn fast_moves() -> amble::config::Config {
     // Moves every 1 ms so still_serves never waits on the throttle.
     config(|c| {
-        c.move_interval_ms = 1;
-        c.tick_ms = 10;
+        c.session.move_interval_ms = 1;
+        c.room.tick_ms = 10;
     })
 }
 
@@ -223,9 +223,9 @@ async fn bad_names_rooms_and_chat() {
 async fn chat_over_budget_is_dropped_with_an_error() {
     let mut room = Room::new(
         TestServer::with(config(|c| {
-            c.move_interval_ms = 1;
-            c.chat_burst = 2;
-            c.chat_interval_ms = 60_000;
+            c.session.move_interval_ms = 1;
+            c.session.chat_burst = 2;
+            c.session.chat_interval_ms = 60_000;
         }))
         .await,
     )
@@ -272,8 +272,8 @@ async fn chat_over_budget_is_dropped_with_an_error() {
 async fn a_full_room_refuses_and_the_socket_stays() {
     let mut room = Room::new(
         TestServer::with(config(|c| {
-            c.move_interval_ms = 1;
-            c.room_capacity = 2;
+            c.session.move_interval_ms = 1;
+            c.room.room_capacity = 2;
         }))
         .await,
     )
@@ -296,7 +296,7 @@ async fn a_full_room_refuses_and_the_socket_stays() {
 async fn the_connection_limit_refuses_with_1013_and_serves_the_rest() {
     let mut room = Room::new(
         TestServer::with(config(|c| {
-            c.move_interval_ms = 1;
+            c.session.move_interval_ms = 1;
             c.max_connections = 2;
         }))
         .await,

@@ -113,7 +113,7 @@ async fn a_websocket_ping_flood_is_closed_with_1008_and_counted() {
 
 #[tokio::test]
 async fn with_the_budget_off_pings_are_all_answered() {
-    let server = TestServer::with(config(|c| c.pings_per_sec = 0)).await;
+    let server = TestServer::with(config(|c| c.session.pings_per_sec = 0)).await;
     let mut c = server.client().await;
     for i in 0..500 {
         c.send(C::Ping(pb::Ping { client_time_ms: i })).await;
@@ -152,8 +152,8 @@ async fn keepalive_and_clock_sync_pings_are_never_refused() {
     let server = TestServer::with(config(|c| {
         // Keepalive pings to quiet clients every 1-2 s: more pongs than
         // the 15 s default would bring.
-        c.ping_interval_ms = 1_000;
-        c.idle_timeout_ms = 3_000;
+        c.session.ping_interval_ms = 1_000;
+        c.session.idle_timeout_ms = 3_000;
     }))
     .await;
     // A member that only reads, answering the server's keepalive pings.

@@ -208,14 +208,17 @@ async fn by_default_only_local_pages_and_non_browsers_are_admitted() {
 #[tokio::test]
 async fn allowed_origins_replaces_the_development_default() {
     let app: OriginPattern = "https://app.example.com".parse().expect("origin");
-    let server = TestServer::with(config(|c| c.allowed_origins = vec![app])).await;
+    let server = TestServer::with(config(|c| c.edge.allowed_origins = vec![app])).await;
     joins_from(&server, Some("https://app.example.com")).await;
     joins_from(&server, Some(&format!("http://{}", server.addr))).await;
     joins_from(&server, None).await;
     is_refused_from(&server, "http://localhost:5173").await;
     is_refused_from(&server, "https://app.example.com.evil.example").await;
 
-    let any = TestServer::with(config(|c| c.allowed_origins = vec![OriginPattern::Any])).await;
+    let any = TestServer::with(config(|c| {
+        c.edge.allowed_origins = vec![OriginPattern::Any]
+    }))
+    .await;
     joins_from(&any, Some("https://evil.example")).await;
     assert_eq!(refused(&any, "origin").await, 0.0);
 }
@@ -243,7 +246,7 @@ async fn metrics_needs_the_bearer_token_when_one_is_set() {
     let token = "3f9c1d0a6b7e4c2d8a5f0e1b9c7d6a4e";
     let file = token_file(token);
     let path = file.path().to_owned();
-    let server = TestServer::with(config(|c| c.metrics_token_file = Some(path))).await;
+    let server = TestServer::with(config(|c| c.edge.metrics_token_file = Some(path))).await;
 
     let none = scrape(&server, None).await;
     let (head, body) = split(&none);
@@ -293,7 +296,7 @@ async fn an_unusable_token_file_stops_the_server_at_start() {
             "serve to fail",
             amble::serve(
                 listener,
-                config(|c| c.metrics_token_file = Some(path.clone())),
+                config(|c| c.edge.metrics_token_file = Some(path.clone())),
                 std::future::pending(),
             ),
         )
@@ -332,9 +335,9 @@ async fn the_binary_refuses_a_malformed_origin_at_start() {
 #[tokio::test]
 async fn a_client_over_its_address_cap_behind_a_proxy_gets_429_and_a_closed_connection() {
     let server = TestServer::with(config(|c| {
-        c.exempt_loopback = false;
-        c.max_connections_per_ip = 1;
-        c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+        c.addresses.exempt_loopback = false;
+        c.addresses.max_connections_per_ip = 1;
+        c.addresses.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
     }))
     .await;
     let host = server.addr.to_string();

@@ -47,7 +47,7 @@ async fn slowloris(server: &TestServer) -> TcpStream {
 
 #[tokio::test(start_paused = true)]
 async fn a_head_that_never_ends_gets_408_at_the_header_deadline() {
-    let server = TestServer::with(config(|c| c.http_header_timeout_ms = 2_000)).await;
+    let server = TestServer::with(config(|c| c.edge.http_header_timeout_ms = 2_000)).await;
     let mut tcp = slowloris(&server).await;
     let started = Instant::now();
     let response = read_to_close(&mut tcp).await;
@@ -63,7 +63,7 @@ async fn a_head_that_never_ends_gets_408_at_the_header_deadline() {
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_connection_gets_the_header_deadline_too() {
-    let server = TestServer::with(config(|c| c.http_header_timeout_ms = 2_000)).await;
+    let server = TestServer::with(config(|c| c.edge.http_header_timeout_ms = 2_000)).await;
     let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
     let response = read_to_close(&mut tcp).await;
     assert!(response.starts_with("HTTP/1.1 408 "), "{response}");
@@ -71,7 +71,7 @@ async fn a_silent_connection_gets_the_header_deadline_too() {
 
 #[tokio::test]
 async fn a_head_over_the_size_limit_gets_431() {
-    let server = TestServer::with(config(|c| c.http_max_header_bytes = 4_096)).await;
+    let server = TestServer::with(config(|c| c.edge.http_max_header_bytes = 4_096)).await;
     let big = format!(
         "GET /healthz HTTP/1.1\r\nHost: test\r\nX-big: {}\r\n\r\n",
         "a".repeat(8_000)
@@ -123,8 +123,8 @@ async fn settles(server: &TestServer, series: &str, value: f64) {
 #[tokio::test(start_paused = true)]
 async fn a_kept_alive_connection_is_closed_after_the_idle_deadline() {
     let server = TestServer::with(config(|c| {
-        c.http_header_timeout_ms = 1_000;
-        c.http_idle_timeout_ms = 5_000;
+        c.edge.http_header_timeout_ms = 1_000;
+        c.edge.http_idle_timeout_ms = 5_000;
     }))
     .await;
     let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
@@ -164,7 +164,7 @@ async fn a_kept_alive_connection_is_closed_after_the_idle_deadline() {
 /// longest for its head.
 #[tokio::test]
 async fn a_slowloris_cannot_lock_out_health_metrics_or_websockets() {
-    let server = TestServer::with(config(|c| c.max_http_connections = 50)).await;
+    let server = TestServer::with(config(|c| c.edge.max_http_connections = 50)).await;
     let mut attackers = Vec::new();
     for _ in 0..300 {
         attackers.push(slowloris(&server).await);
@@ -189,8 +189,8 @@ async fn a_slowloris_cannot_lock_out_health_metrics_or_websockets() {
 #[tokio::test]
 async fn an_address_over_its_cap_is_refused_with_429() {
     let server = TestServer::with(config(|c| {
-        c.exempt_loopback = false;
-        c.max_connections_per_ip = 3;
+        c.addresses.exempt_loopback = false;
+        c.addresses.max_connections_per_ip = 3;
     }))
     .await;
     // Two WebSockets and one idle HTTP connection: the address's three.
@@ -218,7 +218,7 @@ async fn an_address_over_its_cap_is_refused_with_429() {
 
 #[tokio::test]
 async fn loopback_is_exempt_by_default() {
-    let server = TestServer::with(config(|c| c.max_connections_per_ip = 2)).await;
+    let server = TestServer::with(config(|c| c.addresses.max_connections_per_ip = 2)).await;
     let mut clients = Vec::new();
     for i in 0..4 {
         clients.push(server.joined("lobby", &format!("local{i}")).await.0);
@@ -232,9 +232,9 @@ async fn loopback_is_exempt_by_default() {
 #[tokio::test]
 async fn the_cap_applies_to_the_forwarded_address_behind_a_trusted_proxy() {
     let server = TestServer::with(config(|c| {
-        c.exempt_loopback = false;
-        c.max_connections_per_ip = 2;
-        c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+        c.addresses.exempt_loopback = false;
+        c.addresses.max_connections_per_ip = 2;
+        c.addresses.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
     }))
     .await;
     let upgrade = |forwarded: &str| {
@@ -279,9 +279,9 @@ async fn the_cap_applies_to_the_forwarded_address_behind_a_trusted_proxy() {
 #[tokio::test]
 async fn joins_from_one_address_share_a_budget() {
     let server = TestServer::with(config(|c| {
-        c.exempt_loopback = false;
-        c.ip_join_burst = 3;
-        c.ip_join_interval_ms = 60_000;
+        c.addresses.exempt_loopback = false;
+        c.addresses.ip_join_burst = 3;
+        c.addresses.ip_join_interval_ms = 60_000;
     }))
     .await;
     let mut joined = Vec::new();
@@ -309,7 +309,7 @@ async fn joins_from_one_address_share_a_budget() {
 async fn the_effective_caps_are_in_metrics() {
     let server = TestServer::with(config(|c| {
         c.max_connections = 100;
-        c.max_http_connections = 10;
+        c.edge.max_http_connections = 10;
     }))
     .await;
     assert_eq!(server.metric("amble_connection_cap").await, 100.0);

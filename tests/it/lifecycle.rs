@@ -70,7 +70,7 @@ async fn join_snapshot_joined_and_left() {
 
 #[tokio::test]
 async fn rooms_are_separate_and_listed() {
-    let server = TestServer::with(config(|c| c.room_capacity = 7)).await;
+    let server = TestServer::with(config(|c| c.room.room_capacity = 7)).await;
     let (_a, _) = server.joined("alpha", "a").await;
     let (_b, _) = server.joined("alpha", "b").await;
     let (c, _) = server.joined("beta", "c").await;
@@ -135,8 +135,8 @@ async fn ping_returns_server_time() {
 #[tokio::test(start_paused = true)]
 async fn an_idle_connection_times_out_and_the_room_is_told() {
     let server = TestServer::with(config(|c| {
-        c.idle_timeout_ms = 3_000;
-        c.ping_interval_ms = 1_000;
+        c.session.idle_timeout_ms = 3_000;
+        c.session.ping_interval_ms = 1_000;
     }))
     .await;
     let (mut watcher, _) = server.joined("lobby", "watcher").await;

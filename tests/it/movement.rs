@@ -71,7 +71,7 @@ async fn many_movers_in_one_tick_make_one_frame() {
 
 #[tokio::test(start_paused = true)]
 async fn a_tick_shared_out_over_several_tasks_sends_each_member_one_frame() {
-    let server = TestServer::with(config(|c| c.tick_workers = 3)).await;
+    let server = TestServer::with(config(|c| c.room.tick_workers = 3)).await;
     let mut rooms = Vec::new();
     for r in 0..4 {
         let mut members = Vec::new();
@@ -118,8 +118,8 @@ async fn a_tick_shared_out_over_several_tasks_sends_each_member_one_frame() {
 #[tokio::test(start_paused = true)]
 async fn the_throttle_keeps_the_newest_move() {
     let server = TestServer::with(config(|c| {
-        c.move_interval_ms = 1_000;
-        c.move_burst = 1;
+        c.session.move_interval_ms = 1_000;
+        c.session.move_burst = 1;
     }))
     .await;
     let (mut watcher, _) = server.joined("lobby", "watcher").await;
@@ -182,10 +182,10 @@ async fn a_flood_is_closed_with_1008_and_the_room_told() {
 #[tokio::test]
 async fn a_slow_receiver_resyncs_and_the_others_are_unaffected() {
     let server = TestServer::with(config(|c| {
-        c.send_queue_bytes = 1_024;
-        c.socket_send_buffer = 4_096;
-        c.chat_interval_ms = 1;
-        c.chat_burst = 10_000;
+        c.session.send_queue_bytes = 1_024;
+        c.edge.socket_send_buffer = 4_096;
+        c.session.chat_interval_ms = 1;
+        c.session.chat_burst = 10_000;
     }))
     .await;
     // The slow client asks for a tiny receive window and then stops reading.
@@ -255,11 +255,11 @@ async fn a_room_writes_straight_into_every_socket_however_many() {
 #[tokio::test]
 async fn a_reader_that_stops_reading_is_closed_after_the_send_timeout() {
     let server = TestServer::with(config(|c| {
-        c.send_timeout_ms = 300;
-        c.send_queue_bytes = 1_024;
-        c.socket_send_buffer = 4_096;
-        c.chat_interval_ms = 1;
-        c.chat_burst = 10_000;
+        c.session.send_timeout_ms = 300;
+        c.session.send_queue_bytes = 1_024;
+        c.edge.socket_send_buffer = 4_096;
+        c.session.chat_interval_ms = 1;
+        c.session.chat_burst = 10_000;
     }))
     .await;
     // A tiny receive window, then never a read; it keeps sending pings,

@@ -205,7 +205,7 @@ fn the_documented_config_has_the_blocks_the_tests_run() {
 
 #[tokio::test]
 async fn a_websocket_client_joins_and_moves_through_nginx() {
-    let server = TestServer::with(config(|c| c.tick_ms = 10)).await;
+    let server = TestServer::with(config(|c| c.room.tick_ms = 10)).await;
     let nginx = Nginx::before(server.addr).await;
     let url = format!("ws://{}/ws", nginx.addr);
     let mut watcher = Client::connect(&url).await;
@@ -238,7 +238,7 @@ async fn a_websocket_client_joins_and_moves_through_nginx() {
 async fn origins_are_judged_through_nginx() {
     // No development default: only the proxy's own host is admitted.
     let app = "https://app.example.com".parse().expect("origin");
-    let server = TestServer::with(config(|c| c.allowed_origins = vec![app])).await;
+    let server = TestServer::with(config(|c| c.edge.allowed_origins = vec![app])).await;
     let nginx = Nginx::before(server.addr).await;
     let handshake = |origin: &str| {
         format!(
@@ -308,9 +308,9 @@ impl Nginx {
 #[tokio::test]
 async fn amble_sees_the_client_address_nginx_forwards() {
     let server = TestServer::with(config(|c| {
-        c.exempt_loopback = false;
-        c.max_connections_per_ip = 1;
-        c.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+        c.addresses.exempt_loopback = false;
+        c.addresses.max_connections_per_ip = 1;
+        c.addresses.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
     }))
     .await;
     let nginx = Nginx::before(server.addr).await;

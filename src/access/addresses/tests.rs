@@ -151,10 +151,15 @@ fn ipv6_is_counted_by_its_slash_64() {
     );
 }
 
-fn table(f: impl FnOnce(&mut Config)) -> Arc<Addresses> {
-    let mut config = Config {
+/// The defaults of the address flags, as `amble` with no flag has them.
+fn defaults() -> AddressConfig {
+    crate::config::Config::default().addresses
+}
+
+fn table(f: impl FnOnce(&mut AddressConfig)) -> Arc<Addresses> {
+    let mut config = AddressConfig {
         exempt_loopback: false,
-        ..Config::default()
+        ..defaults()
     };
     f(&mut config);
     Addresses::new(&config, 4, Arc::new(Metrics::default()))
@@ -218,9 +223,9 @@ async fn at_its_bound_the_table_forgets_budgets_of_addresses_with_no_socket() {
 
 #[test]
 fn loopback_is_exempt_unless_told_otherwise() {
-    let config = Config {
+    let config = AddressConfig {
         max_connections_per_ip: 1,
-        ..Config::default()
+        ..defaults()
     };
     let t = Addresses::new(&config, 4, Arc::new(Metrics::default()));
     let held: Vec<_> = (0..5)

@@ -316,7 +316,7 @@ proptest! {
             }
         }
         let version = if http11 { Version::HTTP_11 } else { Version::HTTP_10 };
-        let allowed = Config::default().allowed_origins;
+        let allowed = Config::default().edge.allowed_origins;
         match crate::edge::handshake::check(&method, version, &map, &allowed) {
             Ok(accept) => prop_assert_eq!(accept.len(), 28),
             Err(refusal) => {

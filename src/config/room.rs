@@ -1,0 +1,53 @@
+//! The rooms' settings: the tick, the world, and a room's size.
+
+use std::time::Duration;
+
+/// How rooms behave: `--tick-ms`, the world's size and speed limit,
+/// `--room-capacity`, `--tick-workers`.
+#[derive(Clone, Debug, clap::Args)]
+pub struct RoomConfig {
+    /// Room batch period in milliseconds: a room's moves of one tick go out
+    /// as one frame. 0 sends each move at once.
+    #[arg(long, display_order = 2, env = "AMBLE_TICK_MS", default_value_t = 100)]
+    pub tick_ms: u32,
+
+    /// World width in centimetres.
+    #[arg(long, display_order = 8, env = "AMBLE_WORLD_WIDTH", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub world_width: u32,
+
+    /// World height in centimetres.
+    #[arg(long, display_order = 9, env = "AMBLE_WORLD_HEIGHT", default_value_t = 5_000,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    pub world_height: u32,
+
+    /// Fastest walk, centimetres per second.
+    #[arg(long, display_order = 10, env = "AMBLE_MAX_SPEED", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_speed: u32,
+
+    /// Most members in one room.
+    #[arg(long, display_order = 11, env = "AMBLE_ROOM_CAPACITY", default_value_t = 500,
+          value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub room_capacity: u32,
+
+    /// Tasks each room tick is shared out over: every room's batch is
+    /// written by one of them, so a node sends from every core, and a
+    /// room's frames stay in order. 0 means one per runtime worker thread
+    /// (see `--workers`); 1 writes every room from the ticker task alone.
+    #[arg(long, display_order = 59, env = "AMBLE_TICK_WORKERS", default_value_t = 0,
+          value_parser = clap::value_parser!(u16).range(0..=1024))]
+    pub tick_workers: u16,
+}
+
+impl RoomConfig {
+    pub fn tick(&self) -> Duration {
+        Duration::from_millis(u64::from(self.tick_ms))
+    }
+
+    /// The unit of truncated motion times: the tick, or 10 ms when moves
+    /// are sent at once.
+    pub fn motion_time_unit_ms(&self) -> u32 {
+        if self.tick_ms == 0 { 10 } else { self.tick_ms }
+    }
+}
