@@ -24,6 +24,7 @@
 pub mod directory;
 pub mod link;
 pub mod settings;
+pub mod subjects;
 pub mod wire;
 
 use std::collections::HashMap;
@@ -42,6 +43,7 @@ use crate::metrics::Metrics;
 use crate::protocol::Rules;
 use directory::Directory;
 pub use settings::{ClusterConfig, ClusterSettings, SettingsError};
+use subjects::Subjects;
 use wire::{Origin, Update, cpb};
 
 /// What the rooms give the cluster, and take from it. `room::Rooms`
@@ -112,6 +114,7 @@ impl ControlQueue {
 /// The handle to this node's cluster membership.
 pub struct Cluster {
     pub settings: ClusterSettings,
+    subjects: Subjects,
     me: Origin,
     me_pb: cpb::Origin,
     rules: Rules,
@@ -203,17 +206,14 @@ impl Cluster {
         self.rooms.get().and_then(Weak::upgrade)
     }
 
-    /// `P.r.<room>`.
+    /// Where this deployment's nodes publish `room`'s updates.
     pub fn room_subject(&self, room: &str) -> Subject {
-        Subject::from(format!(
-            "{}.r.{}",
-            self.settings.prefix,
-            wire::room_token(room)
-        ))
+        self.subjects.room(room)
     }
 
-    fn subject(&self, tail: &str) -> Subject {
-        Subject::from(format!("{}.{tail}", self.settings.prefix))
+    /// This deployment's subjects.
+    pub(crate) fn subjects(&self) -> &Subjects {
+        &self.subjects
     }
 
     /// Queues `payload` for `subject` without waiting: never blocks, so a
@@ -228,7 +228,7 @@ impl Cluster {
     /// Asks `node` to publish its full state of `room` (a gap, an unknown
     /// part). Never blocks.
     pub fn request_sync(&self, node: &str, rooms: Vec<String>) {
-        let subject = self.subject(&format!("n.{node}"));
+        let subject = self.subjects.node(node);
         self.publish(subject, wire::encode_sync_request(&self.me_pb, rooms));
     }
 
@@ -249,7 +249,7 @@ impl Cluster {
             let _ = tokio::time::timeout_at(deadline, nats.client.flush()).await;
         }
         let request = wire::encode_snapshot_request(&self.me_pb);
-        let subject = self.subject(&format!("s.{}", wire::room_token(room)));
+        let subject = self.subjects.snapshot(room);
         let answers = link::gather(self, subject, request, deadline).await;
         let mut fulls = Vec::with_capacity(answers.len());
         for bytes in answers {
@@ -311,7 +311,7 @@ impl Cluster {
         let deadline = Instant::now() + self.settings.snapshot_timeout;
         let answers = link::gather(
             self,
-            self.subject("q.rooms"),
+            self.subjects.counts(),
             wire::encode_room_counts(&self.me_pb, Vec::new()),
             deadline,
         )
@@ -363,7 +363,7 @@ impl Cluster {
                 bye: true,
             },
         );
-        let subject = self.subject("hb");
+        let subject = self.subjects.heartbeats();
         let send = async {
             if let Some(nats) = &self.nats {
                 let _ = nats.client.publish(subject, bye).await;
@@ -397,6 +397,7 @@ impl Cluster {
         let (out, rx) = mpsc::channel(settings.queue);
         let (inbound, _) = mpsc::channel(1);
         let cluster = Arc::new(Self {
+            subjects: Subjects::new(&settings.prefix),
             me_pb: me.to_pb(),
             directory: Mutex::new(Directory::new(me.clone(), settings.node_timeout)),
             peers: watch::Sender::new(0),

@@ -316,6 +316,10 @@ pub fn encode_motion(time: u32, records: &[MotionRecord]) -> Bytes {
         .into()
 }
 
+/// The largest member id a motion record can carry: its head is
+/// `id * 2 + walk` in one `u32`.
+pub const MAX_MEMBER_ID: MemberId = MemberId(u32::MAX / 2);
+
 /// Appends `records` to a packed motion field, without a time word (a
 /// batch's layout after its time; cluster messages carry records so).
 pub fn push_records(motion: &mut Vec<u32>, records: &[MotionRecord]) {

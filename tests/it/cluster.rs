@@ -940,12 +940,12 @@ async fn a_node_gets_no_traffic_for_rooms_it_does_not_hold() {
     let subjects = |node: u32| -> BTreeSet<String> {
         (0..100)
             .filter(|&i| holder(i) == node)
-            .map(|i| format!("amble.r.{}", room(i)))
+            .map(|i| format!("amble.v2.r.{}", room(i)))
             .collect()
     };
     let room_subs = |subs: &[String]| -> BTreeSet<String> {
         subs.iter()
-            .filter(|s| s.starts_with("amble.r."))
+            .filter(|s| s.starts_with("amble.v2.r."))
             .cloned()
             .collect()
     };
@@ -997,8 +997,8 @@ async fn a_node_gets_no_traffic_for_rooms_it_does_not_hold() {
     let gone = people.remove(3);
     drop(gone);
     let mut left = subjects(1);
-    left.remove(&format!("amble.r.{}", room(0)));
-    left.remove(&format!("amble.r.{}", room(3)));
+    left.remove(&format!("amble.v2.r.{}", room(0)));
+    left.remove(&format!("amble.v2.r.{}", room(3)));
     poll(
         SETTLE,
         "n1 to unsubscribe from room-000 and room-003",
@@ -1404,6 +1404,50 @@ async fn deployments_with_different_prefixes_share_a_nats_without_meeting() {
     assert_eq!(n3.metric("amble_cluster_remote_members").await, Some(0.0));
 }
 
+/// Issue #15, finding 8: prefixes that nest (`nest` and `nest.r`) stay
+/// apart. In the first wire format a client in room `hb` under `nest` had
+/// its moves published on `nest.r.hb`, the heartbeat subject of `nest.r`,
+/// whose nodes then adopted the `nest` node as a peer.
+#[tokio::test]
+async fn nested_prefixes_stay_apart() {
+    let nats = Nats::start().await;
+    let n1 = Node::start(&nats, 1, &["--cluster-prefix", "nest"]).await;
+    let inner = ["--cluster-prefix", "nest.r"];
+    let n2 = Node::start(&nats, 2, &inner).await;
+    let n3 = Node::start(&nats, 3, &inner).await;
+    has_peers(&n2, 1).await;
+    has_peers(&n3, 1).await;
+
+    let mut ada = Person::join(&n1, "hb", "Ada").await;
+    ada.send_move(standing(5, 5)).await;
+    ada.sees_move(ada.id, standing(5, 5)).await;
+    let mut bo = Person::join(&n2, "hb", "Bo").await;
+    bo.send_move(standing(6, 6)).await;
+    bo.sees_move(bo.id, standing(6, 6)).await;
+    // Two more heartbeats from n3 reach n2 after both moves were published.
+    let received = "amble_cluster_messages_received_total";
+    let before = n2.metric(received).await.expect("n2 counts messages");
+    metric_is_at_least(&n2, received, before + 2.0).await;
+
+    for node in [&n2, &n3] {
+        assert_eq!(
+            node.metric("amble_cluster_peers").await,
+            Some(1.0),
+            "{}",
+            node.name
+        );
+        assert_eq!(
+            node.metric("amble_cluster_bad_messages_total").await,
+            Some(0.0),
+            "{}",
+            node.name
+        );
+    }
+    assert_eq!(n1.metric("amble_cluster_peers").await, Some(0.0));
+    assert_eq!(ada.names(), ["Ada"]);
+    assert_eq!(bo.names(), ["Bo"]);
+}
+
 /// Garbage on the subjects a node listens to is dropped and counted, and
 /// the node serves on as before.
 #[tokio::test]
@@ -1411,7 +1455,7 @@ async fn garbage_from_nats_is_dropped_and_counted() {
     let c = Cluster::start(1).await;
     let mut ada = Person::join(c.n(1), "junk", "Ada").await;
     let junk: &[u8] = &[0xff, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x01];
-    for subject in ["amble.hb", "amble.r.junk", "amble.n.n1"] {
+    for subject in ["amble.v2.hb.all", "amble.v2.r.junk", "amble.v2.n.n1"] {
         c.nats.publish(subject, junk).await;
     }
     let node = c.n(1);

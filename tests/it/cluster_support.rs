@@ -427,13 +427,13 @@ impl Nats {
 
     /// Each client connection's subscriptions (`/connz?subs=1`), keyed by
     /// the node that holds it: the connection subscribed to
-    /// `{prefix}.n.{node}` (a node's own control subject) is that node's.
+    /// `{prefix}.v2.n.{node}` (a node's own control subject) is that node's.
     pub async fn subscriptions_by_node(
         &self,
         prefix: &str,
     ) -> std::collections::BTreeMap<String, Vec<String>> {
         let connz = self.monitor_json("/connz?subs=1&limit=1024").await;
-        let own = format!("{prefix}.n.");
+        let own = format!("{prefix}.v2.n.");
         let mut by_node = std::collections::BTreeMap::new();
         for conn in connz["connections"].as_array().into_iter().flatten() {
             let subs: Vec<String> = conn["subscriptions_list"]

@@ -24,10 +24,10 @@ pub(super) enum Control {
 /// Reads one of the control subjects every node subscribes to.
 pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
     let subject = match kind {
-        Control::Heartbeat => cluster.subject("hb"),
-        Control::Snapshot => cluster.subject("s.*"),
-        Control::Sync => cluster.subject(&format!("n.{}", cluster.me.node)),
-        Control::Counts => cluster.subject("q.rooms"),
+        Control::Heartbeat => cluster.subjects().heartbeats(),
+        Control::Snapshot => cluster.subjects().snapshots(),
+        Control::Sync => cluster.subjects().node(&cluster.me.node),
+        Control::Counts => cluster.subjects().counts(),
     };
     let Some(nats) = &cluster.nats else { return };
     let mut sub = match nats.client.subscribe(subject.clone()).await {

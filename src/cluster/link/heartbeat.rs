@@ -27,7 +27,7 @@ pub(super) async fn heartbeat(cluster: &Cluster, server_time_ms: u64, bye: bool)
         },
     );
     let limit = cluster.settings.heartbeat / 2;
-    send_within(cluster, limit, cluster.subject("hb"), beat).await;
+    send_within(cluster, limit, cluster.subjects().heartbeats(), beat).await;
 }
 
 /// Every heartbeat period: publish ours, and declare down the peers silent

@@ -33,6 +33,7 @@ use tracing::info;
 
 use crate::clock::Clock;
 use crate::cluster::directory::Directory;
+use crate::cluster::subjects::Subjects;
 use crate::cluster::wire::Origin;
 use crate::cluster::{Cluster, ClusterSettings, ControlQueue, Nats, run_inbound};
 use crate::metrics::Metrics;
@@ -134,6 +135,7 @@ async fn launch(
     let directory = Directory::new(me.clone(), settings.node_timeout);
     let drops = Arc::new(ControlQueue::new(settings.queue));
     let cluster = Arc::new(Cluster {
+        subjects: Subjects::new(&settings.prefix),
         me_pb: me.to_pb(),
         me,
         rules,

@@ -132,13 +132,15 @@ fn member_data_is_range_checked_like_client_input() {
         })),
     };
     assert!(decode_update(&one(bad_reason), 16, &rules()).is_err());
-    let truncated = cpb::RoomUpdate {
+    let truncated = seal(Body::Update(cpb::RoomUpdate {
         origin: Some(me("n1", 1)),
         motion: vec![3, 1],
         ..Default::default()
-    }
-    .encode_to_vec();
-    assert!(decode_update(&truncated, 16, &rules()).is_err());
+    }));
+    assert_eq!(
+        decode_update(&truncated, 16, &rules()).unwrap_err(),
+        WireError::Member("bad motion")
+    );
 }
 
 #[test]
@@ -163,7 +165,7 @@ fn origins_are_checked() {
         decode_update(&bytes, 16, &rules()).unwrap_err(),
         WireError::Origin
     );
-    let no_origin = cpb::RoomUpdate::default().encode_to_vec();
+    let no_origin = seal(Body::Update(cpb::RoomUpdate::default()));
     assert_eq!(
         decode_update(&no_origin, 16, &rules()).unwrap_err(),
         WireError::Origin
@@ -209,6 +211,147 @@ fn control_messages_round_trip_and_check_room_names() {
     assert_eq!(
         decode_room_counts(&counts, 16, &rules()).expect("valid").1,
         vec![("lobby".to_owned(), 3)]
+    );
+}
+
+/// Issue #15, finding 8: protobuf alone reads one message type as another
+/// (a move-only `RoomUpdate` is a valid `Heartbeat`), so a message on the
+/// wrong subject adopted nodes. Every payload now says its type.
+#[test]
+fn a_message_of_another_type_is_refused() {
+    let o = me("n2", 2);
+    let beat = encode_heartbeat(&o, cpb::Heartbeat::default());
+    assert_eq!(
+        decode_update(&beat, 16, &rules()).unwrap_err(),
+        WireError::WrongType {
+            expected: "RoomUpdate",
+            got: "Heartbeat"
+        }
+    );
+    let records = [walk(18)];
+    let moved = encode_update(
+        &o,
+        UpdateParts {
+            seq: 7,
+            motion: &records,
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        decode_heartbeat(&moved, 16).unwrap_err(),
+        WireError::WrongType {
+            expected: "Heartbeat",
+            got: "RoomUpdate"
+        }
+    );
+    let asked = encode_snapshot_request(&o);
+    for wrong in [
+        decode_sync_request(&asked, 16, &rules()).map(drop),
+        decode_room_counts(&asked, 16, &rules()).map(drop),
+    ] {
+        assert!(matches!(
+            wrong,
+            Err(WireError::WrongType {
+                got: "SnapshotRequest",
+                ..
+            })
+        ));
+    }
+    let counts = encode_room_counts(&o, Vec::new());
+    assert!(matches!(
+        decode_snapshot_request(&counts, 16),
+        Err(WireError::WrongType {
+            got: "RoomCounts",
+            ..
+        })
+    ));
+    // The first wire format's bare messages: a move-only update was a
+    // valid heartbeat; now neither reads as anything.
+    let bare_update = cpb::RoomUpdate {
+        origin: Some(o.clone()),
+        seq: 7,
+        motion: vec![36, 1, 1],
+        ..Default::default()
+    }
+    .encode_to_vec();
+    assert!(decode_heartbeat(&bare_update, 16).is_err());
+    assert!(decode_update(&bare_update, 16, &rules()).is_err());
+    let bare_beat = cpb::Heartbeat {
+        origin: Some(o),
+        server_time_ms: 1_764_600_000_000,
+        rooms: 1,
+        members: 3,
+        bye: false,
+    }
+    .encode_to_vec();
+    assert!(decode_update(&bare_beat, 16, &rules()).is_err());
+    assert!(decode_heartbeat(&bare_beat, 16).is_err());
+    let empty = decode_heartbeat(&[], 16).unwrap_err();
+    assert_eq!(
+        empty,
+        WireError::WrongType {
+            expected: "Heartbeat",
+            got: "message of no type"
+        }
+    );
+}
+
+/// Issue #15, finding 9: an id at or above 2^31 in the sender's slot
+/// wrapped (or, in a debug build, overflowed) a motion record's head.
+#[test]
+fn ids_past_a_records_head_are_refused() {
+    let past = MAX_MEMBER_ID.0 + 2; // 2^31 + 1: slot 1 of 16
+    assert_eq!(past % 16, 1);
+    assert!(me_origin().owns(MemberId(MAX_MEMBER_ID.0 - 14)));
+    assert!(!me_origin().owns(MemberId(past)));
+    for op in [
+        joined_op(member(past, 1)),
+        left_op(MemberId(past), LeaveReason::Left),
+        chat_op(pb::ChatMessage {
+            member_id: past,
+            text: "hi".into(),
+            server_time_ms: 0,
+        }),
+    ] {
+        assert_eq!(
+            decode_update(&one(op), 16, &rules()).unwrap_err(),
+            WireError::Member("id outside the sender's slot")
+        );
+    }
+}
+
+fn me_origin() -> Origin {
+    Origin {
+        node: Arc::from("n1"),
+        epoch: 1,
+        slot: 1,
+        slots: 16,
+    }
+}
+
+/// Issue #15, finding 9: a forged full state with `seq = u64::MAX` made
+/// the next expected `seq` wrap to 0 and stuck the sender's part.
+#[test]
+fn a_seq_at_the_end_of_its_range_is_refused() {
+    let at = |seq| {
+        encode_update(
+            &me("n1", 1),
+            UpdateParts {
+                seq,
+                full: true,
+                ..Default::default()
+            },
+        )
+    };
+    assert_eq!(
+        decode_update(&at(u64::MAX), 16, &rules()).unwrap_err(),
+        WireError::Seq(u64::MAX)
+    );
+    assert_eq!(
+        decode_update(&at(u64::MAX - 1), 16, &rules())
+            .expect("the last seq that has a next")
+            .seq,
+        u64::MAX - 1
     );
 }
 
@@ -275,5 +418,5 @@ fn a_one_move_update_is_small() {
             ..Default::default()
         },
     );
-    assert_eq!((one.len(), three.len()), (44, 72));
+    assert_eq!((one.len(), three.len()), (46, 74));
 }
