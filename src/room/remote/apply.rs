@@ -146,6 +146,7 @@ impl Apply<'_> {
         self.metrics.batches.inc();
     }
 
+    /// Whether member `id` is one of this node's here.
     fn owns(&self, members: &BTreeMap<MemberId, Member>, id: MemberId) -> bool {
         members
             .get(&id)
@@ -194,6 +195,9 @@ impl Apply<'_> {
         self.moves(members, dirty, u.tick_ms, &u.motion);
     }
 
+    /// Applies moves `records` of the update for tick `tick_ms`: pending
+    /// for this node's tick (counted late if that tick's batch is written),
+    /// or written at once with a zero tick.
     fn moves(
         &mut self,
         members: &mut BTreeMap<MemberId, Member>,

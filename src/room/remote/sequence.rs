@@ -3,8 +3,8 @@
 //! and when to ask the node for one.
 //!
 //! Pure: no I/O, no locks, no clock (the caller passes `now`), no metrics.
-//! [`Rooms::apply_locked`](crate::room::Rooms) asks it for a [`Placement`]
-//! and a [`Decision`], then applies them to the room under its lock.
+//! `Rooms::apply_locked` (`apply.rs`) asks it for a [`Placement`] and a
+//! [`Decision`], then applies them to the room under its lock.
 
 use std::time::{Duration, Instant};
 
