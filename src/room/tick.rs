@@ -95,7 +95,7 @@ impl Rooms {
 
     /// The number of tasks a tick uses: the setting, or the runtime's
     /// worker threads when it is 0 (one outside a runtime).
-    fn tick_workers(&self) -> usize {
+    pub(super) fn tick_workers(&self) -> usize {
         match self.settings.tick_workers {
             0 => tokio::runtime::Handle::try_current().map_or(1, |h| h.metrics().num_workers()),
             n => n,
@@ -156,7 +156,7 @@ impl Rooms {
         };
         if r.last_flush_ms >= now_ms {
             // Written already, ahead of a remote member's chat or leave that
-            // had to follow its moves (`remote::Apply::follow_moves`).
+            // had to follow its moves (`remote::apply::Apply::follow_moves`).
             return;
         }
         r.last_flush_ms = now_ms;

@@ -2,6 +2,7 @@
 //! outgoing queue the test reads, updates applied as the link would, and
 //! in-memory sinks.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -9,13 +10,16 @@ use bytes::Bytes;
 use prost::Message as _;
 use tokio::sync::mpsc;
 
+use super::sequence::{MAX_BUFFERED, MAX_BUFFERED_BYTES};
 use super::*;
 use crate::clock::Clock;
-use crate::cluster::wire::{Origin, RemoteMember, RoomOrigin, cpb};
-use crate::protocol::pb::ServerMessage;
+use crate::cluster::wire::{Op, Origin, RemoteMember, RoomOrigin, cpb};
+use crate::metrics::Metrics;
+use crate::protocol::pb::server_message::Body;
+use crate::protocol::pb::{self, ServerMessage};
 use crate::protocol::{Motion, Position, decode_motion};
-use crate::room::sink::Sink;
-use crate::room::{Membership, RoomSettings};
+use crate::room::sink::{Frame, Sink};
+use crate::room::{Member, Membership, RoomSettings};
 
 #[derive(Default)]
 struct Frames(Mutex<Vec<Frame>>);
@@ -908,9 +912,9 @@ async fn held_updates_are_bounded_by_count_and_bytes_keeping_the_newest() {
         let st = room.state();
         let part = &st.remote.as_ref().expect("remote").parts["n2"];
         (
-            part.buffered.len(),
-            part.buffered.first().map(|u| u.seq),
-            part.buffered_bytes,
+            part.sequence.held().len(),
+            part.sequence.held().first().map(|u| u.seq),
+            part.sequence.held_bytes(),
         )
     };
     let (count, oldest, _) = held(&node);
@@ -928,7 +932,8 @@ async fn held_updates_are_bounded_by_count_and_bytes_keeping_the_newest() {
         .as_ref()
         .expect("remote")
         .parts["n2"]
-        .seq;
+        .sequence
+        .seq();
     assert_eq!(st_seq, 102);
     assert_eq!(bodies(ada.take()).len(), 1 + 42, "Cy joins, then 42 chats");
     // Big updates: the byte bound holds them to fewer.

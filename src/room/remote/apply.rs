@@ -1,0 +1,383 @@
+//! Applying another node's updates to a room, under the room's `state`
+//! lock: [`Rooms::apply_locked`] asks the part's [`Sequence`] where an
+//! update goes and what it does ([`place`], [`Sequence::receive`]), and
+//! [`Apply`] makes the members, frames and pending moves follow.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, MutexGuard};
+
+use tokio::time::Instant;
+
+use super::sequence::{Decision, Sequence, Target, place};
+use super::{Part, Remote};
+use crate::cluster::wire::{Op, RemoteMember, Update};
+use crate::metrics::Metrics;
+use crate::protocol::pb::server_message::Body;
+use crate::protocol::{
+    LeaveReason, MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb,
+};
+use crate::room::sink::Frame;
+use crate::room::{Member, Rooms, State, member_pb};
+
+/// Removes `ids` (members of `node`) with `Left{reason}` frames.
+pub(super) fn remove_ids(
+    members: &mut BTreeMap<MemberId, Member>,
+    node: &str,
+    ids: &BTreeSet<MemberId>,
+    reason: LeaveReason,
+    frames: &mut Vec<Frame>,
+    metrics: &Metrics,
+) {
+    for id in ids {
+        if members
+            .get(id)
+            .is_some_and(|m| m.origin.as_deref() == Some(node))
+        {
+            members.remove(id);
+            metrics.cluster_remote_members.dec();
+            frames.push(encode_server(Body::Left(pb::Left {
+                member_id: id.0,
+                reason: reason as i32,
+            })));
+        }
+    }
+}
+
+/// What applying an update needs besides the room's state.
+struct Apply<'a> {
+    metrics: &'a Metrics,
+    /// A node's part holds at most the room capacity.
+    capacity: usize,
+    node: &'a Arc<str>,
+    frames: &'a mut Vec<Frame>,
+    /// The room's local moves cut for the coming tick.
+    cut: &'a mut Vec<MotionRecord>,
+    /// The last tick whose batch the room wrote.
+    last_flush_ms: &'a mut u64,
+    /// Server time now, the tick and the motion time unit, for a batch
+    /// written ahead of its tick ([`Apply::follow_moves`]).
+    now_ms: u64,
+    tick_ms: u64,
+    unit: u32,
+    /// Moves go out at once (a zero tick), at this server time.
+    at_once: Option<(u64, u32)>,
+}
+
+impl Apply<'_> {
+    /// Adds remote member `m`, or updates it if known.
+    fn add(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        ids: &mut BTreeSet<MemberId>,
+        m: RemoteMember,
+    ) {
+        match members.get_mut(&m.id) {
+            Some(known) if known.origin.as_deref() == Some(&**self.node) => {
+                if known.motion != m.motion && known.pending.replace(m.motion).is_none() {
+                    dirty.push(m.id);
+                }
+            }
+            Some(_) => {
+                // Two live nodes share a slot, and their joins raced.
+                self.metrics.cluster_id_conflicts.inc();
+            }
+            None if ids.len() >= self.capacity => {
+                // More than a room holds from one node: not trusted.
+                self.metrics.cluster_bad_messages.inc();
+            }
+            None => {
+                let member = Member {
+                    seat: u64::MAX,
+                    user: None,
+                    name: m.name,
+                    motion: m.motion,
+                    moved_at_ms: m.moved_at_ms,
+                    pending: None,
+                    origin: Some(Arc::clone(self.node)),
+                };
+                self.frames.push(encode_server(Body::Joined(pb::Joined {
+                    member: Some(member_pb(m.id, &member)),
+                })));
+                members.insert(m.id, member);
+                ids.insert(m.id);
+                self.metrics.cluster_remote_members.inc();
+            }
+        }
+    }
+
+    /// Before a remote member's chat or leave is written: if the member has
+    /// a move waiting for this node's tick, writes that tick's batch now
+    /// (the same batch the tick would write, and the tick then writes
+    /// nothing), so the chat or leave follows the member's moves here as it
+    /// did on its own node. Without this, a chat sent right after a move
+    /// could reach this node's members before the move, whenever this
+    /// node's tick runs a little after the origin's.
+    fn follow_moves(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        id: MemberId,
+    ) {
+        if self.at_once.is_some()
+            || self.tick_ms == 0
+            || members.get(&id).is_none_or(|m| m.pending.is_none())
+        {
+            return;
+        }
+        // The tick the move waits for: the current one unless written.
+        let tick = self.now_ms / self.tick_ms * self.tick_ms;
+        let at_ms = tick.max(*self.last_flush_ms + self.tick_ms);
+        *self.last_flush_ms = at_ms;
+        let mut records = Vec::new();
+        crate::room::tick::collect_batch(members, dirty, self.cut, at_ms, &mut records);
+        self.batch(at_ms, self.unit, &records);
+    }
+
+    /// Writes `records` (if any) as one batch at server time `at_ms`, and
+    /// counts it.
+    fn batch(&mut self, at_ms: u64, unit: u32, records: &[MotionRecord]) {
+        if records.is_empty() {
+            return;
+        }
+        self.frames
+            .push(encode_motion(motion_time(at_ms, unit), records));
+        self.metrics.moves_applied.inc_by(records.len() as u64);
+        self.metrics.batches.inc();
+    }
+
+    /// Whether member `id` is one of this node's here.
+    fn owns(&self, members: &BTreeMap<MemberId, Member>, id: MemberId) -> bool {
+        members
+            .get(&id)
+            .is_some_and(|m| m.origin.as_deref() == Some(&**self.node))
+    }
+
+    /// Applies a delta: ops in order, then moves.
+    fn delta(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        ids: &mut BTreeSet<MemberId>,
+        u: Update,
+    ) {
+        for op in u.ops {
+            match op {
+                Op::Joined(m) => self.add(members, dirty, ids, m),
+                Op::Left { id, reason } => {
+                    if self.owns(members, id) {
+                        self.follow_moves(members, dirty, id);
+                        members.remove(&id);
+                        ids.remove(&id);
+                        self.metrics.cluster_remote_members.dec();
+                        self.frames.push(encode_server(Body::Left(pb::Left {
+                            member_id: id.0,
+                            reason: reason as i32,
+                        })));
+                    }
+                }
+                Op::Chat {
+                    id,
+                    text,
+                    server_time_ms,
+                } => {
+                    if self.owns(members, id) {
+                        self.follow_moves(members, dirty, id);
+                        self.frames.push(encode_server(Body::Chat(pb::ChatMessage {
+                            member_id: id.0,
+                            text,
+                            server_time_ms,
+                        })));
+                    }
+                }
+            }
+        }
+        self.moves(members, dirty, u.tick_ms, &u.motion);
+    }
+
+    /// Applies moves `records` of the update for tick `tick_ms`: pending
+    /// for this node's tick (counted late if that tick's batch is written),
+    /// or written at once with a zero tick.
+    fn moves(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        tick_ms: u64,
+        records: &[MotionRecord],
+    ) {
+        let mut now = Vec::new();
+        for r in records {
+            let Some(m) = members
+                .get_mut(&r.member)
+                .filter(|m| m.origin.as_deref() == Some(&**self.node))
+            else {
+                continue;
+            };
+            self.metrics.cluster_remote_moves.inc();
+            if let Some((now_ms, _)) = self.at_once {
+                m.motion = r.motion;
+                m.moved_at_ms = now_ms;
+                now.push(*r);
+                continue;
+            }
+            if tick_ms <= *self.last_flush_ms {
+                self.metrics.cluster_remote_moves_late.inc();
+            }
+            if m.pending.replace(r.motion).is_none() {
+                dirty.push(r.member);
+            }
+        }
+        if let Some((now_ms, unit)) = self.at_once {
+            self.batch(now_ms, unit, &now);
+        }
+    }
+
+    /// Replaces the node's part with full state `u`.
+    fn full(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        dirty: &mut Vec<MemberId>,
+        ids: &mut BTreeSet<MemberId>,
+        u: Update,
+    ) {
+        let mut joined = Vec::with_capacity(u.ops.len());
+        for op in u.ops {
+            if let Op::Joined(m) = op {
+                joined.push(m);
+            }
+        }
+        let keep: BTreeSet<MemberId> = joined.iter().map(|m| m.id).collect();
+        let gone: BTreeSet<MemberId> = ids.difference(&keep).copied().collect();
+        remove_ids(
+            members,
+            self.node,
+            &gone,
+            LeaveReason::Left,
+            self.frames,
+            self.metrics,
+        );
+        ids.retain(|id| keep.contains(id));
+        for m in joined {
+            self.add(members, dirty, ids, m);
+        }
+        self.moves(members, dirty, u.tick_ms, &u.motion);
+    }
+}
+
+impl Rooms {
+    /// Applies update `u` to the locked room; returns the node to ask for a
+    /// full state, if any.
+    pub(super) fn apply_locked(
+        &self,
+        st: &mut MutexGuard<'_, State>,
+        u: Update,
+        frames: &mut Vec<Frame>,
+    ) -> Option<Arc<str>> {
+        let State {
+            members,
+            dirty,
+            remote,
+            ..
+        } = &mut **st;
+        let Remote {
+            parts,
+            cut,
+            last_flush_ms,
+            opened,
+            ..
+        } = remote.as_deref_mut()?;
+        let node = Arc::clone(&u.origin.node);
+        let now = Instant::now();
+        let now_ms = self.clock.ms_at(now);
+        let mut apply = Apply {
+            metrics: &self.metrics,
+            capacity: self.settings.capacity,
+            node: &node,
+            frames,
+            cut,
+            last_flush_ms,
+            now_ms,
+            tick_ms: u64::try_from(self.settings.tick.as_millis()).unwrap_or(u64::MAX),
+            unit: self.settings.motion_time_unit_ms,
+            at_once: self.settings.tick.is_zero().then(|| {
+                let unit = self.settings.motion_time_unit_ms;
+                let step = u64::from(unit.max(1));
+                (now_ms / step * step, unit)
+            }),
+        };
+        let placement = place(
+            parts.get(&node).map(|p| &p.sequence),
+            u.origin.epoch,
+            u.origin.incarnation,
+            u.closed,
+        );
+        if let Some(reason) = placement.drop
+            && let Some(old) = parts.remove(&node)
+        {
+            remove_ids(
+                members,
+                &node,
+                &old.ids,
+                reason,
+                apply.frames,
+                apply.metrics,
+            );
+        }
+        match placement.to {
+            Target::Nowhere => return None,
+            Target::Part => {}
+            Target::NewPart => {
+                // A part only for a live peer (a message that raced the
+                // node's expiry, or a name flood, makes none).
+                if parts.len() >= crate::cluster::directory::MAX_PEERS
+                    || !self
+                        .cluster()
+                        .is_some_and(|c| c.is_live(&node, u.origin.epoch))
+                {
+                    apply.metrics.cluster_bad_messages.inc();
+                    return None;
+                }
+            }
+        }
+        let opened = *opened;
+        let part = parts.entry(Arc::clone(&node)).or_insert_with(|| Part {
+            sequence: Sequence::new(u.origin.epoch, u.origin.incarnation),
+            ids: BTreeSet::new(),
+        });
+        let (seq, have, synced) = (u.seq, part.sequence.seq(), part.sequence.synced());
+        let ask = match part
+            .sequence
+            .receive(u, !part.ids.is_empty(), opened, now.into_std())
+        {
+            Decision::OlderFull { ask } | Decision::Missed { ask } => ask,
+            Decision::Duplicate => false,
+            Decision::Replace { full, then, ask } => {
+                tracing::debug!(target: "amble::cluster", %node, seq, opened, "cluster: full state");
+                if opened {
+                    apply.metrics.cluster_resyncs.inc();
+                }
+                apply.full(members, dirty, &mut part.ids, full);
+                for b in then {
+                    apply.delta(members, dirty, &mut part.ids, b);
+                }
+                ask
+            }
+            Decision::Wait { ask } => {
+                tracing::debug!(
+                    target: "amble::cluster",
+                    %node,
+                    seq,
+                    have,
+                    synced,
+                    "cluster: waiting for a full state of a node's part"
+                );
+                ask
+            }
+            Decision::Apply(u) => {
+                apply.delta(members, dirty, &mut part.ids, u);
+                false
+            }
+        };
+        ask.then_some(node)
+    }
+}

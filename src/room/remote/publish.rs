@@ -1,0 +1,150 @@
+//! What this node tells the other nodes about a room: its members' joins,
+//! leaves and chat at once, its moves at once with a zero tick (the cut
+//! publishes the others), each as the next update of its part; and the
+//! frames an applied update made, written to the local sinks.
+
+use std::collections::BTreeMap;
+use std::sync::MutexGuard;
+
+use super::Remote;
+use crate::cluster::Cluster;
+use crate::cluster::wire::{self, UpdateParts};
+use crate::metrics::Metrics;
+use crate::protocol::{LeaveReason, MemberId, MotionRecord, pb};
+use crate::room::sink::Frame;
+use crate::room::{Member, Room, State};
+
+impl Remote {
+    /// Publishes the next update of this node's part.
+    pub(super) fn publish(&mut self, cluster: &Cluster, mut parts: UpdateParts<'_>) {
+        self.seq += 1;
+        parts.seq = self.seq;
+        parts.incarnation = self.incarnation;
+        self.published = true;
+        cluster.publish(
+            self.subject.clone(),
+            wire::encode_update(cluster.origin_pb(), parts),
+        );
+    }
+
+    /// Publishes the next update of this node's part with `ops` only.
+    fn publish_ops(&mut self, cluster: &Cluster, ops: Vec<wire::cpb::Op>) {
+        self.publish(
+            cluster,
+            UpdateParts {
+                ops,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Forgets a cut move of local member `id`, who left or was replaced:
+    /// its move must not reach local members after its `Left`, nor land on
+    /// whoever gets its id next. (Other nodes had the move before the
+    /// `Left`, so they see them in order.)
+    fn uncut(&mut self, id: MemberId) {
+        self.cut.retain(|c| c.member != id);
+    }
+}
+
+/// The lowest id `index * slots + slot` not in `members`.
+pub(in crate::room) fn lowest_free_in_slot(
+    members: &BTreeMap<MemberId, Member>,
+    slot: u32,
+    slots: u32,
+) -> MemberId {
+    // Members are bounded by the room capacity, far below u32::MAX / slots.
+    (0..u32::MAX)
+        .map_while(|i| i.checked_mul(slots).and_then(|v| v.checked_add(slot)))
+        .map(MemberId)
+        .find(|id| !members.contains_key(id))
+        .unwrap_or(MemberId(u32::MAX))
+}
+
+/// A local member joined (replacing `replaced`, the same user's older
+/// member): tell the other nodes.
+pub(in crate::room) fn published_join(
+    cluster: &Cluster,
+    st: &mut State,
+    replaced: Option<MemberId>,
+    joined: pb::Member,
+) {
+    let Some(r) = st.remote.as_deref_mut() else {
+        return;
+    };
+    let mut ops = Vec::with_capacity(2);
+    match replaced {
+        Some(old) => {
+            r.uncut(old);
+            ops.push(wire::left_op(old, LeaveReason::Replaced));
+        }
+        None => r.local += 1,
+    }
+    ops.push(wire::joined_op(joined));
+    r.publish_ops(cluster, ops);
+}
+
+/// A local member left: tell the other nodes. Returns the linger
+/// generation when it was the last local member.
+pub(in crate::room) fn published_leave(
+    cluster: &Cluster,
+    st: &mut State,
+    id: MemberId,
+    reason: LeaveReason,
+    shutting_down: bool,
+) -> Option<u64> {
+    let r = st.remote.as_deref_mut()?;
+    r.local = r.local.saturating_sub(1);
+    r.uncut(id);
+    // At shutdown the goodbye heartbeat removes every member at once.
+    if shutting_down {
+        return None;
+    }
+    r.publish_ops(cluster, vec![wire::left_op(id, reason)]);
+    (r.local == 0).then(|| {
+        r.linger += 1;
+        r.linger
+    })
+}
+
+/// With a zero tick, a local move goes out at once.
+pub(in crate::room) fn published_moves_now(
+    cluster: &Cluster,
+    r: &mut Remote,
+    now_ms: u64,
+    record: MotionRecord,
+) {
+    r.publish(
+        cluster,
+        UpdateParts {
+            tick_ms: now_ms,
+            motion: &[record],
+            ..Default::default()
+        },
+    );
+}
+
+/// A local member chatted: tell the other nodes.
+pub(in crate::room) fn published_chat(cluster: &Cluster, st: &mut State, chat: pb::ChatMessage) {
+    if let Some(r) = st.remote.as_deref_mut() {
+        r.publish_ops(cluster, vec![wire::chat_op(chat)]);
+    }
+}
+
+/// Writes `frames` to the room's sinks in order, after the state change
+/// under `st` (the publisher's lock order: `state`, then `out`).
+pub(super) fn publish_all(
+    room: &Room,
+    st: MutexGuard<'_, State>,
+    frames: &[Frame],
+    metrics: &Metrics,
+) {
+    if frames.is_empty() {
+        return;
+    }
+    let out = room.out();
+    drop(st);
+    for frame in frames {
+        out.publish(frame, metrics);
+    }
+}
