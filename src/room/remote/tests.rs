@@ -89,7 +89,10 @@ impl Node {
     fn published(&mut self) -> Vec<(String, cpb::RoomUpdate)> {
         let mut all = Vec::new();
         while let Ok((subject, bytes)) = self.out.try_recv() {
-            if let Ok(u) = cpb::RoomUpdate::decode(bytes) {
+            if let Ok(cpb::ClusterMessage {
+                body: Some(cpb::cluster_message::Body::Update(u)),
+            }) = cpb::ClusterMessage::decode(bytes)
+            {
                 all.push((subject.to_string(), u));
             }
         }
@@ -194,7 +197,7 @@ async fn local_ids_take_the_nodes_slot_and_joins_leaves_and_chat_are_published_i
     ada.leave(LeaveReason::Left).await;
     let published = node.published();
     let subjects: Vec<&str> = published.iter().map(|(s, _)| s.as_str()).collect();
-    assert_eq!(subjects, ["amble.r.lobby"; 4]);
+    assert_eq!(subjects, ["amble.v2.r.lobby"; 4]);
     let seqs: Vec<u64> = published.iter().map(|(_, u)| u.seq).collect();
     assert_eq!(seqs, [1, 2, 3, 4]);
     let kinds: Vec<&str> = published
@@ -357,7 +360,7 @@ async fn a_gap_asks_the_origin_for_a_full_state_and_the_full_state_repairs() {
         ),
     );
     assert!(bodies(ada.take()).is_empty());
-    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    assert_eq!(node.subjects(), ["amble.v2.n.n2"]);
     // Asked once a second at most.
     node.apply("lobby", moves(&n2, 4, 0, &[(18, 5)]));
     assert!(node.subjects().is_empty());
@@ -552,7 +555,7 @@ async fn a_full_state_answers_with_the_local_members_only() {
     let [(subject, u)] = &published[..] else {
         panic!("{published:?}")
     };
-    assert_eq!(subject, "amble.r.lobby");
+    assert_eq!(subject, "amble.v2.r.lobby");
     assert!(u.full);
     assert_eq!(u.seq, 1, "the seq of the last delta (Ada's join)");
     let ids: Vec<u32> = u
@@ -709,7 +712,7 @@ async fn a_new_opening_whose_first_update_was_lost_asks_for_a_full_state() {
         opening(2, update(&n2, 2, vec![Op::Joined(member(34, "Eve", 1))])),
     );
     assert!(matches!(&bodies(ada.take())[..], [Body::Left(l)] if l.member_id == 2));
-    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    assert_eq!(node.subjects(), ["amble.v2.n.n2"]);
     node.apply(
         "lobby",
         opening(
@@ -791,13 +794,13 @@ async fn a_part_still_waiting_for_its_full_state_is_asked_again_by_the_sweep() {
         "lobby",
         update(&n2, 3, vec![Op::Joined(member(18, "Dee", 1))]),
     );
-    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    assert_eq!(node.subjects(), ["amble.v2.n.n2"]);
     // The request or its answer is lost, and n2 says nothing more.
     node.rooms.sweep(&room);
     assert!(node.subjects().is_empty(), "asked less than a second ago");
     tokio::time::advance(Duration::from_millis(1_001)).await;
     node.rooms.sweep(&room);
-    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    assert_eq!(node.subjects(), ["amble.v2.n.n2"]);
     // Once the full state is in, the sweep asks nobody.
     node.apply("lobby", full(&n2, 3, vec![]));
     tokio::time::advance(Duration::from_millis(1_001)).await;
@@ -823,7 +826,7 @@ async fn a_quiet_room_with_local_members_publishes_a_beacon_of_its_seq() {
     let [(subject, u)] = &published[..] else {
         panic!("{published:?}")
     };
-    assert_eq!(subject, "amble.r.lobby");
+    assert_eq!(subject, "amble.v2.r.lobby");
     assert_eq!(
         (u.incarnation, u.seq),
         (1, 2),
@@ -848,7 +851,7 @@ async fn a_beacon_ahead_of_the_part_reveals_a_lost_last_update() {
     assert!(node.subjects().is_empty());
     // Cy's Left (seq 2) was lost; the room is quiet; n2's beacon says 2.
     node.apply("lobby", beacon(&n2, 2));
-    assert_eq!(node.subjects(), ["amble.n.n2"]);
+    assert_eq!(node.subjects(), ["amble.v2.n.n2"]);
     assert!(bodies(ada.take()).is_empty(), "a beacon changes nothing");
     node.apply("lobby", full(&n2, 2, vec![]));
     assert!(matches!(&bodies(ada.take())[..], [Body::Left(l)] if l.member_id == 2));
@@ -856,7 +859,7 @@ async fn a_beacon_ahead_of_the_part_reveals_a_lost_last_update() {
     // deadline) makes this node ask for its part, even at seq 1.
     let n3 = origin("n3", 9, 3);
     node.apply("lobby", beacon(&n3, 1));
-    assert_eq!(node.subjects(), ["amble.n.n3"]);
+    assert_eq!(node.subjects(), ["amble.v2.n.n3"]);
 }
 
 #[tokio::test]
