@@ -51,7 +51,8 @@ use wire::{Origin, Update, cpb};
 /// handle, not the other way round).
 pub trait RoomSide: Send + Sync {
     /// Queues this node's full part of `room` to `to` (the room's subject
-    /// when `None`). False when the room is not open here.
+    /// when `None`); a room not open here is answered as a `closed` full
+    /// state (nobody here). False only outside cluster mode.
     fn publish_full(&self, room: &str, to: Option<Subject>) -> bool;
     /// Rooms open (subscribed) on this node.
     fn open_rooms(&self) -> Vec<String>;

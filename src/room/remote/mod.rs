@@ -24,6 +24,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use async_nats::Subject;
 
@@ -49,7 +50,7 @@ pub(super) use self::publish::{
 
 /// A room's cluster state on this node.
 pub(super) struct Remote {
-    /// `P.r.<room>`.
+    /// `P.v2.r.<room>`.
     subject: Subject,
     /// This opening of the room on this node (`RoomUpdate.incarnation`).
     incarnation: u64,
@@ -104,6 +105,33 @@ impl Remote {
     }
 }
 
+/// Answers a request for this node's part of a room it does not hold:
+/// nobody here, said as a full state that is `closed`, numbered as the last
+/// opening of any room here. The asker's part of this node (from an opening
+/// whose `closed` it missed, say in a NATS outage) is at or below that
+/// number, so it goes; a later opening here is numbered above it, so a
+/// late answer never removes it (issue #15, finding 1).
+fn publish_nobody_here(
+    cluster: &Cluster,
+    room: &str,
+    to: Option<Subject>,
+    last_opening: u64,
+    now_ms: u64,
+) -> bool {
+    let bytes = wire::encode_update(
+        cluster.origin_pb(),
+        UpdateParts {
+            incarnation: last_opening,
+            full: true,
+            closed: true,
+            tick_ms: now_ms,
+            ..Default::default()
+        },
+    );
+    cluster.publish(to.unwrap_or_else(|| cluster.room_subject(room)), bytes);
+    true
+}
+
 impl Rooms {
     /// The cluster, in cluster mode.
     pub(in crate::room) fn cluster(&self) -> Option<&Arc<Cluster>> {
@@ -116,12 +144,18 @@ impl RoomSide for Rooms {
         let Some(cluster) = self.cluster() else {
             return false;
         };
-        let Some(handle) = self.map.get(room).map(|r| Arc::clone(r.value())) else {
-            return false;
+        // Read before the room is looked up: an opening that the look-up
+        // does not see is numbered above it.
+        let last_opening = self.openings.load(Ordering::Relaxed);
+        let handle = self.map.get(room).map(|r| Arc::clone(r.value()));
+        let Some(handle) = handle else {
+            return publish_nobody_here(cluster, room, to, last_opening, self.clock.now_ms());
         };
         let st = handle.state();
         let Some(r) = st.remote.as_deref().filter(|_| st.open) else {
-            return false;
+            // Closing: its `closed` is published, or was.
+            drop(st);
+            return publish_nobody_here(cluster, room, to, last_opening, self.clock.now_ms());
         };
         let ops = st
             .members
