@@ -100,6 +100,8 @@ impl std::ops::Deref for RoomOrigin {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteMember {
     pub id: MemberId,
+    /// Its seat on its node: with the id, who it is (ids are reused).
+    pub seat: u64,
     pub name: String,
     pub motion: Motion,
     pub moved_at_ms: u64,
@@ -248,7 +250,12 @@ fn check_motion(m: &Motion, rules: &Rules) -> Result<(), WireError> {
     Ok(())
 }
 
-fn member(m: pb::Member, from: &Origin, rules: &Rules) -> Result<RemoteMember, WireError> {
+fn member(
+    m: pb::Member,
+    seat: u64,
+    from: &Origin,
+    rules: &Rules,
+) -> Result<RemoteMember, WireError> {
     let id = MemberId(m.id);
     if !from.owns(id) {
         return Err(WireError::Member("id outside the sender's slot"));
@@ -269,6 +276,7 @@ fn member(m: pb::Member, from: &Origin, rules: &Rules) -> Result<RemoteMember, W
     check_motion(&motion, rules)?;
     Ok(RemoteMember {
         id,
+        seat,
         name,
         motion,
         moved_at_ms: m.moved_at_ms,
@@ -314,8 +322,9 @@ pub fn decode_update(bytes: &[u8], slots: u32, rules: &Rules) -> Result<Update, 
     let mut ops = Vec::with_capacity(msg.ops.len());
     for op in msg.ops {
         use cpb::op::Op as O;
+        let seat = op.seat;
         let op = match op.op.ok_or(WireError::Member("empty op"))? {
-            O::Joined(m) => Op::Joined(member(m, &from, rules)?),
+            O::Joined(m) => Op::Joined(member(m, seat, &from, rules)?),
             O::Left(l) => {
                 let id = MemberId(l.member_id);
                 if !from.owns(id) {
@@ -432,10 +441,11 @@ pub fn decode_room_counts(
 
 // ------------------------------------------------------------------ encode
 
-/// A joined member as an op.
-pub fn joined_op(member: pb::Member) -> cpb::Op {
+/// A joined member, in its `seat` on this node, as an op.
+pub fn joined_op(member: pb::Member, seat: u64) -> cpb::Op {
     cpb::Op {
         op: Some(cpb::op::Op::Joined(member)),
+        seat,
     }
 }
 
@@ -446,6 +456,7 @@ pub fn left_op(id: MemberId, reason: LeaveReason) -> cpb::Op {
             member_id: id.0,
             reason: reason as i32,
         })),
+        seat: 0,
     }
 }
 
@@ -453,6 +464,7 @@ pub fn left_op(id: MemberId, reason: LeaveReason) -> cpb::Op {
 pub fn chat_op(chat: pb::ChatMessage) -> cpb::Op {
     cpb::Op {
         op: Some(cpb::op::Op::Chat(chat)),
+        seat: 0,
     }
 }
 

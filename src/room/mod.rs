@@ -392,7 +392,7 @@ impl Rooms {
         let joined_pb = member_pb(id, &member);
         st.members.insert(id, member);
         if let Some(cluster) = self.cluster.get() {
-            remote::published_join(cluster, &mut st, replaced, joined_pb.clone());
+            remote::published_join(cluster, &mut st, replaced, joined_pb.clone(), seat);
         }
         let joined = encode_server(Body::Joined(pb::Joined {
             member: Some(joined_pb),

@@ -46,7 +46,7 @@ fn an_update_round_trips() {
             seq: 9,
             tick_ms: 1_000,
             ops: vec![
-                joined_op(member(1, 100)),
+                joined_op(member(1, 100), 5),
                 chat_op(pb::ChatMessage {
                     member_id: 1,
                     text: "hi".into(),
@@ -67,7 +67,9 @@ fn an_update_round_trips() {
     );
     assert_eq!(u.motion, records);
     assert_eq!(u.ops.len(), 3);
-    assert!(matches!(&u.ops[0], Op::Joined(m) if m.id == MemberId(1) && m.name == "Ada"));
+    assert!(
+        matches!(&u.ops[0], Op::Joined(m) if m.id == MemberId(1) && m.seat == 5 && m.name == "Ada")
+    );
     assert!(matches!(&u.ops[1], Op::Chat { id, text, .. } if *id == MemberId(1) && text == "hi"));
     assert_eq!(
         u.ops[2],
@@ -91,7 +93,7 @@ fn one(op: cpb::Op) -> Bytes {
 
 #[test]
 fn ids_outside_the_senders_slot_are_refused() {
-    let err = decode_update(&one(joined_op(member(2, 1))), 16, &rules()).unwrap_err();
+    let err = decode_update(&one(joined_op(member(2, 1), 0)), 16, &rules()).unwrap_err();
     assert!(matches!(err, WireError::Member(_)), "{err}");
     let err = decode_update(&one(left_op(MemberId(0), LeaveReason::Left)), 16, &rules());
     assert!(err.is_err());
@@ -109,16 +111,16 @@ fn ids_outside_the_senders_slot_are_refused() {
 #[test]
 fn member_data_is_range_checked_like_client_input() {
     let outside = member(1, 5_001);
-    assert!(decode_update(&one(joined_op(outside)), 16, &rules()).is_err());
+    assert!(decode_update(&one(joined_op(outside, 0)), 16, &rules()).is_err());
     let mut fast = member(1, 1);
     fast.walk = Some(pb::Walk {
         target: Some(pb::Position { x: 1, y: 1 }),
         speed: 1_001,
     });
-    assert!(decode_update(&one(joined_op(fast)), 16, &rules()).is_err());
+    assert!(decode_update(&one(joined_op(fast, 0)), 16, &rules()).is_err());
     let mut blank = member(1, 1);
     blank.name = "   ".into();
-    assert!(decode_update(&one(joined_op(blank)), 16, &rules()).is_err());
+    assert!(decode_update(&one(joined_op(blank, 0)), 16, &rules()).is_err());
     let chat = chat_op(pb::ChatMessage {
         member_id: 1,
         text: "x".repeat(281),
@@ -126,6 +128,7 @@ fn member_data_is_range_checked_like_client_input() {
     });
     assert!(decode_update(&one(chat), 16, &rules()).is_err());
     let bad_reason = cpb::Op {
+        seat: 0,
         op: Some(cpb::op::Op::Left(pb::Left {
             member_id: 1,
             reason: 99,
@@ -146,7 +149,7 @@ fn member_data_is_range_checked_like_client_input() {
 #[test]
 fn origins_are_checked() {
     assert_eq!(
-        decode_update(&one(joined_op(member(1, 1))), 8, &rules()).unwrap_err(),
+        decode_update(&one(joined_op(member(1, 1), 0)), 8, &rules()).unwrap_err(),
         WireError::Slots {
             ours: 8,
             theirs: 16
@@ -305,7 +308,7 @@ fn ids_past_a_records_head_are_refused() {
     assert!(me_origin().owns(MemberId(MAX_MEMBER_ID.0 - 14)));
     assert!(!me_origin().owns(MemberId(past)));
     for op in [
-        joined_op(member(past, 1)),
+        joined_op(member(past, 1), 0),
         left_op(MemberId(past), LeaveReason::Left),
         chat_op(pb::ChatMessage {
             member_id: past,

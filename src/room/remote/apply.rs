@@ -73,10 +73,18 @@ impl Apply<'_> {
         m: RemoteMember,
     ) {
         match members.get_mut(&m.id) {
-            Some(known) if known.origin.as_deref() == Some(&**self.node) => {
+            Some(known)
+                if known.origin.as_deref() == Some(&**self.node) && known.seat == m.seat =>
+            {
                 if known.motion != m.motion && known.pending.replace(m.motion).is_none() {
                     dirty.push(m.id);
                 }
+            }
+            Some(known) if known.origin.as_deref() == Some(&**self.node) => {
+                // The same id in another seat: a new member whose
+                // predecessor's Left was missed. `full` removes those
+                // first; in a delta it cannot happen (a Left comes first).
+                self.metrics.cluster_bad_messages.inc();
             }
             Some(_) => {
                 // Two live nodes share a slot, and their joins raced.
@@ -88,7 +96,7 @@ impl Apply<'_> {
             }
             None => {
                 let member = Member {
-                    seat: u64::MAX,
+                    seat: m.seat,
                     user: None,
                     name: m.name,
                     motion: m.motion,
@@ -246,7 +254,14 @@ impl Apply<'_> {
                 joined.push(m);
             }
         }
-        let keep: BTreeSet<MemberId> = joined.iter().map(|m| m.id).collect();
+        // Who is gone: every id the full state does not name, and every id
+        // it names in another seat (the id was reused: its member left
+        // and another joined while this node heard neither).
+        let keep: BTreeSet<MemberId> = joined
+            .iter()
+            .filter(|m| members.get(&m.id).is_none_or(|known| known.seat == m.seat))
+            .map(|m| m.id)
+            .collect();
         let gone: BTreeSet<MemberId> = ids.difference(&keep).copied().collect();
         remove_ids(
             members,

@@ -161,7 +161,7 @@ impl RoomSide for Rooms {
             .members
             .iter()
             .filter(|(_, m)| m.origin.is_none())
-            .map(|(id, m)| wire::joined_op(member_pb(*id, m)))
+            .map(|(id, m)| wire::joined_op(member_pb(*id, m), m.seat))
             .collect();
         let bytes = wire::encode_update(
             cluster.origin_pb(),

@@ -68,6 +68,7 @@ pub(in crate::room) fn published_join(
     st: &mut State,
     replaced: Option<MemberId>,
     joined: pb::Member,
+    seat: u64,
 ) {
     let Some(r) = st.remote.as_deref_mut() else {
         return;
@@ -80,7 +81,7 @@ pub(in crate::room) fn published_join(
         }
         None => r.local += 1,
     }
-    ops.push(wire::joined_op(joined));
+    ops.push(wire::joined_op(joined, seat));
     r.publish_ops(cluster, ops);
 }
 

@@ -152,9 +152,11 @@ fn origin(node: &str, epoch: u64, slot: u32) -> Origin {
     }
 }
 
+/// Member `id`, in seat `id` on its node (the same id, the same member).
 fn member(id: u32, name: &str, x: u32) -> RemoteMember {
     RemoteMember {
         id: MemberId(id),
+        seat: u64::from(id),
         name: name.into(),
         motion: Motion::standing(Position { x, y: 0 }),
         moved_at_ms: 1,
@@ -628,6 +630,69 @@ async fn a_node_asked_for_a_room_it_does_not_hold_answers_nobody_here() {
         n2.names("lobby"),
         ["Bo", "Cy"],
         "a late answer changes nothing"
+    );
+}
+
+/// Issue #15, finding 2: a full state reconciled by id only, so a reused
+/// id kept the old member's name, and its new member's chat showed under
+/// it. A member is its id and its seat: another seat is a Left and a
+/// Joined for every client.
+#[tokio::test]
+async fn a_reused_id_in_a_full_state_is_a_left_and_a_joined() {
+    let node = Node::new("n1", 1);
+    let n2 = origin("n2", 7, 2);
+    let (_ada, frames) = node.join("lobby", "Ada").await;
+    node.apply("lobby", full(&n2, 1, vec![member(2, "Cy", 40)]));
+    frames.take();
+    // Cy left and Dee joined with Cy's id while this node heard neither
+    // (a gap, then a full state).
+    let dee = RemoteMember {
+        seat: 99,
+        ..member(2, "Dee", 40)
+    };
+    node.apply("lobby", full(&n2, 5, vec![dee]));
+    let seen = bodies(frames.take());
+    assert!(
+        matches!(
+            &seen[..],
+            [Body::Left(l), Body::Joined(j)]
+                if l.member_id == 2
+                    && j.member.as_ref().is_some_and(|m| m.id == 2 && m.name == "Dee")
+        ),
+        "{seen:?}"
+    );
+    // Dee's chat shows as Dee's.
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            6,
+            vec![Op::Chat {
+                id: MemberId(2),
+                text: "hi".into(),
+                server_time_ms: 1,
+            }],
+        ),
+    );
+    let handle = node.rooms.map.get("lobby").map(|r| Arc::clone(r.value()));
+    let handle = handle.expect("open");
+    assert_eq!(handle.state().members[&MemberId(2)].name, "Dee");
+    // The same seat again: the same member, nothing to tell.
+    node.apply(
+        "lobby",
+        full(
+            &n2,
+            7,
+            vec![RemoteMember {
+                seat: 99,
+                ..member(2, "Dee", 40)
+            }],
+        ),
+    );
+    assert!(
+        bodies(frames.take())
+            .iter()
+            .all(|b| matches!(b, Body::Chat(_)))
     );
 }
 
