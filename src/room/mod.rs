@@ -394,6 +394,9 @@ impl Rooms {
         if let Some(cluster) = self.cluster.get() {
             remote::published_join(cluster, &mut st, replaced, joined_pb.clone(), seat);
         }
+        // Moves cut for a tick not yet written: to the members here now,
+        // not again to the joiner, whose snapshot shows them.
+        let early_batch = self.batch_before_join(&mut st);
         let joined = encode_server(Body::Joined(pb::Joined {
             member: Some(joined_pb),
         }));
@@ -407,6 +410,9 @@ impl Rooms {
         // sees after its snapshot is the first one after it.
         let mut out = handle.out();
         drop(st);
+        if let Some(batch) = early_batch {
+            out.publish(&batch, &self.metrics);
+        }
         let replaced_sink = replaced.and_then(|old| {
             let at = out.sinks.iter().position(|(m, _)| *m == old)?;
             let (_, old_sink) = out.sinks.remove(at);

@@ -45,6 +45,10 @@ impl Rooms {
         // allocation); looked up in O(1) either way.
         let earlier: HashMap<MemberId, usize> =
             cut.iter().enumerate().map(|(i, c)| (c.member, i)).collect();
+        // What this cut adds: the whole cut, unless an earlier cut is still
+        // waiting for its tick. Those moves went out with that cut, so only
+        // the new ones are published (each move reaches each node once).
+        let mut fresh = (!earlier.is_empty()).then(Vec::new);
         let mut changed = false;
         dirty.retain(|id| match members.get_mut(id) {
             Some(m) if m.origin.is_none() => {
@@ -52,12 +56,16 @@ impl Rooms {
                     m.motion = motion;
                     m.moved_at_ms = tick_ms;
                     changed = true;
+                    let record = MotionRecord {
+                        member: *id,
+                        motion,
+                    };
                     match earlier.get(id) {
                         Some(&i) => cut[i].motion = motion,
-                        None => cut.push(MotionRecord {
-                            member: *id,
-                            motion,
-                        }),
+                        None => cut.push(record),
+                    }
+                    if let Some(fresh) = fresh.as_mut() {
+                        fresh.push(record);
                     }
                 }
                 false
@@ -68,7 +76,10 @@ impl Rooms {
         if !changed {
             return;
         }
-        let records = std::mem::take(&mut r.cut);
+        let records = match fresh {
+            Some(fresh) => fresh,
+            None => std::mem::take(&mut r.cut),
+        };
         r.publish(
             cluster,
             UpdateParts {
@@ -77,7 +88,9 @@ impl Rooms {
                 ..Default::default()
             },
         );
-        r.cut = records;
+        if r.cut.is_empty() {
+            r.cut = records;
+        }
     }
 
     /// Once a second per room: asks again the nodes whose full state is

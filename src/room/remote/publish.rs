@@ -10,9 +10,10 @@ use super::Remote;
 use crate::cluster::Cluster;
 use crate::cluster::wire::{self, UpdateParts};
 use crate::metrics::Metrics;
-use crate::protocol::{LeaveReason, MemberId, MotionRecord, pb};
+use crate::protocol::{LeaveReason, MemberId, MotionRecord, encode_motion, motion_time, pb};
 use crate::room::sink::Frame;
-use crate::room::{Member, Room, State};
+use crate::room::tick::collect_batch;
+use crate::room::{Member, Room, Rooms, State};
 
 impl Remote {
     /// Publishes the next update of this node's part.
@@ -147,5 +148,38 @@ pub(super) fn publish_all(
     drop(st);
     for frame in frames {
         out.publish(frame, metrics);
+    }
+}
+
+impl Rooms {
+    /// Before a join is snapshotted: when this node cut moves for a tick
+    /// that has not run yet, the cut moves are applied already, so the
+    /// joiner's snapshot shows them, and that tick's batch would bring them
+    /// again. So the batch is taken now (the tick then writes nothing), to
+    /// be written to the members already here before the joiner's `Joined`
+    /// (issue #15, finding 6). `None` when nothing is cut.
+    pub(in crate::room) fn batch_before_join(&self, st: &mut State) -> Option<Frame> {
+        let tick_ms = u64::try_from(self.settings.tick.as_millis()).ok()?;
+        let State {
+            members,
+            dirty,
+            remote,
+            ..
+        } = st;
+        let r = remote.as_deref_mut()?;
+        if tick_ms == 0 || r.cut.is_empty() {
+            return None;
+        }
+        // The tick the cut waits for: the current one unless written (as
+        // `Apply::follow_moves` finds it).
+        let now_ms = self.clock.now_ms();
+        let at_ms = (now_ms / tick_ms * tick_ms).max(r.last_flush_ms + tick_ms);
+        r.last_flush_ms = at_ms;
+        let mut records = Vec::new();
+        collect_batch(members, dirty, &mut r.cut, at_ms, &mut records);
+        self.metrics.moves_applied.inc_by(records.len() as u64);
+        self.metrics.batches.inc();
+        let unit = self.settings.motion_time_unit_ms;
+        Some(encode_motion(motion_time(at_ms, unit), &records))
     }
 }

@@ -1157,6 +1157,89 @@ async fn moves_cut_twice_before_a_tick_go_out_once_each_the_newest() {
     assert_eq!(got, [(17, 100), (33, 250)]);
 }
 
+/// Issue #15, finding 5: a cut published the whole carried-over cut when
+/// the tick had not consumed the previous one (a late or skipped tick), so
+/// every other node received those moves twice. A cut publishes only what
+/// is new in it.
+#[tokio::test]
+async fn a_cut_after_a_skipped_tick_publishes_only_its_new_moves() {
+    let mut node = Node::new("n1", 1);
+    let (ada, _) = node.join("lobby", "Ada").await;
+    let (bo, _) = node.join("lobby", "Bo").await;
+    let room = node.rooms.handle("lobby");
+    node.published();
+    let at = |x| Motion::standing(Position { x, y: 0 });
+    let records = |published: Vec<(String, cpb::RoomUpdate)>| -> Vec<(u64, Vec<u32>)> {
+        published
+            .into_iter()
+            .map(|(_, u)| (u.tick_ms, u.motion))
+            .collect()
+    };
+    ada.submit(at(100)).await;
+    bo.submit(at(200)).await;
+    node.rooms.cut(&room, 1_000);
+    // Heads are `id * 2` (standing): Ada is 1, Bo 17.
+    assert_eq!(
+        records(node.published()),
+        [(1_000, vec![2, 100, 0, 34, 200, 0])]
+    );
+    // The tick at 1_000 was skipped: Bo moves again, Ada does not.
+    bo.submit(at(250)).await;
+    node.rooms.cut(&room, 1_100);
+    assert_eq!(records(node.published()), [(1_100, vec![34, 250, 0])]);
+    // Nothing new: nothing published.
+    node.rooms.cut(&room, 1_200);
+    assert!(node.published().is_empty());
+}
+
+/// Issue #15, finding 6: a Welcome taken between a cut and its tick showed
+/// the cut's moves, and the tick's batch then brought them to the joiner
+/// again. The members already there get the cut's batch before the
+/// joiner's Joined; the joiner only the snapshot.
+#[tokio::test]
+async fn a_joiner_between_a_cut_and_its_tick_gets_each_move_once() {
+    let node = Node::new("n1", 1);
+    let (_viewer, viewer) = node.join("lobby", "Viewer").await;
+    let (ada, _) = node.join("lobby", "Ada").await;
+    let room = node.rooms.handle("lobby");
+    let tick = node.rooms.clock.now_ms() / 100 * 100 + 100;
+    ada.submit(Motion::standing(Position { x: 321, y: 0 }))
+        .await;
+    node.rooms.cut(&room, tick);
+    viewer.take();
+    let (_bo, bo) = node.join("lobby", "Bo").await;
+    node.rooms.tick(tick).await;
+
+    let bo_got = bo.take();
+    let snapshot = match bo_got.first().and_then(|f| f.body.as_ref()) {
+        Some(Body::Welcome(w)) => w.snapshot.clone().expect("a snapshot"),
+        other => panic!("{other:?}"),
+    };
+    let ada_pb = snapshot
+        .members
+        .iter()
+        .find(|m| m.name == "Ada")
+        .expect("Ada");
+    assert_eq!(ada_pb.position.as_ref().map(|p| p.x), Some(321));
+    assert_eq!(
+        motion_records(bo_got[1..].to_vec()),
+        [],
+        "the move again after the snapshot"
+    );
+    // The viewer: Ada's move once, before Bo's Joined.
+    let seen = viewer.take();
+    assert_eq!(motion_records(seen.clone()), [(17, 321)]);
+    let joined_at = seen
+        .iter()
+        .position(|f| matches!(f.body, Some(Body::Joined(_))))
+        .expect("Bo's Joined");
+    let batch_at = seen
+        .iter()
+        .position(|f| !f.motion.is_empty())
+        .expect("the batch");
+    assert!(batch_at < joined_at, "{seen:?}");
+}
+
 /// A remote member's chat or leave that arrives while its move still waits
 /// for this node's tick follows that move: the tick's batch is written first
 /// (once: the tick then writes nothing more), as on the member's own node.
