@@ -101,19 +101,12 @@ async fn on_snapshot_request(cluster: &Cluster, msg: &async_nats::Message) {
     if !observe(cluster, &from) {
         return;
     }
-    // The asker is opening the room, so it has nobody there: forget any
-    // part of it we still hold (its `closed` may have been lost, and its
-    // new sequence starts again from 1).
-    let reset = wire::Update {
-        origin: from,
-        seq: 0,
-        full: false,
-        tick_ms: 0,
-        ops: Vec::new(),
-        motion: Vec::new(),
-        closed: true,
-    };
-    to_rooms(cluster, Inbound::Update(Arc::from(room.as_str()), reset));
+    // No reset of the asker's part here: its opening's first update
+    // carries a higher opening number, which replaces any part of an
+    // earlier opening (its `closed` lost), and a new epoch is dropped by
+    // `observe` above. (A reset sent here had opening number 0, below any,
+    // so the rooms ignored it, but it took a place in the control queue
+    // that carries node drops: issue #15, finding 9.)
     let sent = cluster
         .room_side()
         .is_some_and(|rooms| rooms.publish_full(&room, Some(reply.clone())));
