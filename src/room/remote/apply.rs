@@ -343,11 +343,15 @@ impl Rooms {
             Target::Part => {}
             Target::NewPart => {
                 // A part only for a live peer (a message that raced the
-                // node's expiry, or a name flood, makes none).
-                if parts.len() >= crate::cluster::directory::MAX_PEERS
-                    || !self
-                        .cluster()
-                        .is_some_and(|c| c.is_live(&node, u.origin.epoch))
+                // node's expiry, or a name flood, makes none), and at most
+                // one per other slot: more nodes than slots cannot hold
+                // members without id clashes, so a room's held updates stay
+                // bounded at `(slots - 1) * MAX_BUFFERED_BYTES` whatever names
+                // are heard (issue #15, finding 9).
+                let cluster = self.cluster();
+                let max_parts = cluster.map_or(0, |c| c.slots().saturating_sub(1).max(1) as usize);
+                if parts.len() >= max_parts
+                    || !cluster.is_some_and(|c| c.is_live(&node, u.origin.epoch))
                 {
                     apply.metrics.cluster_bad_messages.inc();
                     return None;

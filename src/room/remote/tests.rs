@@ -1240,6 +1240,32 @@ async fn a_joiner_between_a_cut_and_its_tick_gets_each_move_once() {
     assert!(batch_at < joined_at, "{seen:?}");
 }
 
+/// Issue #15, finding 9: parts were bounded only by the directory's 4,096
+/// peers, each holding up to `MAX_BUFFERED_BYTES` while it waits: about
+/// 1 GiB per room from forged node names. A room takes parts from at most
+/// one node per other slot.
+#[tokio::test]
+async fn a_room_takes_parts_from_at_most_one_node_per_other_slot() {
+    let node = Node::new("n1", 1);
+    let (_ada, _) = node.join("lobby", "Ada").await;
+    let bad = || node.metrics().cluster_bad_messages.get();
+    let others: Vec<u32> = (0..16).filter(|&s| s != 1).collect();
+    for &slot in &others {
+        let from = origin(&format!("x{slot}"), 7, slot);
+        node.apply("lobby", full(&from, 1, vec![member(slot + 16, "m", 1)]));
+    }
+    assert_eq!(bad(), 0);
+    let handle = node.rooms.map.get("lobby").map(|r| Arc::clone(r.value()));
+    let handle = handle.expect("open");
+    let parts = || handle.state().remote.as_deref().map(|r| r.parts.len());
+    assert_eq!(parts(), Some(15));
+    // A sixteenth name (whatever its slot) makes no part.
+    node.apply("lobby", full(&origin("forged", 9, 2), 1, Vec::new()));
+    assert_eq!(parts(), Some(15));
+    assert_eq!(bad(), 1);
+    assert_eq!(handle.state().members.len(), 16);
+}
+
 /// A remote member's chat or leave that arrives while its move still waits
 /// for this node's tick follows that move: the tick's batch is written first
 /// (once: the tick then writes nothing more), as on the member's own node.
