@@ -112,6 +112,7 @@ pub struct Metrics {
     pub cluster_messages_received: Counter,
     pub cluster_bytes_received: Counter,
     pub cluster_resyncs: Counter,
+    pub cluster_subscribe_retries: Counter,
     pub cluster_remote_moves: Counter,
     pub cluster_remote_moves_late: Counter,
     pub cluster_dropped: Counter,
@@ -411,6 +412,7 @@ impl Metrics {
                     ("cluster_bad_messages", "Cluster messages dropped as malformed or out of range", &self.cluster_bad_messages),
                     ("cluster_nodes_lost", "Peers declared down after the node timeout", &self.cluster_nodes_lost),
                     ("cluster_id_conflicts", "Remote members dropped because their id was taken, and slot clashes seen", &self.cluster_id_conflicts),
+                    ("cluster_subscribe_retries", "Room subscriptions made again after a failure or after their stream ended", &self.cluster_subscribe_retries),
                 ];
                 for (name, help, counter) in counters {
                     r.register(name, help, counter.clone());

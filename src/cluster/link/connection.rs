@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use async_nats::connection::State;
 use async_nats::{ConnectOptions, Event};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
@@ -108,36 +109,37 @@ pub(super) async fn events(
     mut rx: mpsc::Receiver<Event>,
     connected: watch::Sender<bool>,
 ) {
-    while let Some(event) = rx.recv().await {
-        match event {
-            Event::Connected => {
-                cluster.connected.store(true, Ordering::Relaxed);
-                let was_down = lock(&cluster.down_since).take();
-                cluster.metrics.cluster_connected.set(1);
-                connected.send_replace(true);
-                match was_down {
-                    Some(at) => info!(
-                        after_ms = at.elapsed().as_millis() as u64,
-                        "cluster: NATS connection back"
-                    ),
-                    None => info!("cluster: connected to NATS"),
-                }
-                heartbeat(&cluster, 0, false).await;
-                tokio::spawn(publish_fulls(Arc::clone(&cluster)));
-                // Once more a heartbeat later: a peer that reconnected after
-                // us was not subscribed yet, and a leave lost in the outage
-                // would otherwise stay a ghost there until our next update
-                // (and here, until its next update).
-                if was_down.is_some() {
-                    resync_all(&cluster);
-                    let again = Arc::clone(&cluster);
-                    tokio::spawn(async move {
-                        tokio::time::sleep(again.settings.heartbeat).await;
-                        resync_all(&again);
-                        publish_fulls(again).await;
-                    });
+    // The events arrive through a bounded queue that drops a burst past
+    // it, so once a heartbeat period the client's own state is compared
+    // with the flag: a Connected or Disconnected that was dropped is acted
+    // on late rather than never (issue #15, finding 9).
+    // A disagreement is acted on when two checks in a row see it: an
+    // event still in the queue is not a missed one.
+    let mut check = tokio::time::interval(cluster.settings.heartbeat);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut suspect = None;
+    loop {
+        let event = tokio::select! {
+            event = rx.recv() => match event {
+                Some(event) => event,
+                None => return,
+            },
+            _ = check.tick() => {
+                let Some(nats) = &cluster.nats else { continue };
+                let flag = cluster.connected.load(Ordering::Relaxed);
+                let seen = missed(&nats.client.connection_state(), flag);
+                match std::mem::replace(&mut suspect, seen.clone()) {
+                    Some(event) if seen.as_ref() == Some(&event) => {
+                        warn!(event = %event, "cluster: a NATS connection event was missed; acting on it now");
+                        suspect = None;
+                        event
+                    }
+                    _ => continue,
                 }
             }
+        };
+        match event {
+            Event::Connected => on_connected(&cluster, &connected).await,
             Event::Disconnected => {
                 cluster.connected.store(false, Ordering::Relaxed);
                 lock(&cluster.down_since).get_or_insert_with(Instant::now);
@@ -158,9 +160,63 @@ pub(super) async fn events(
     }
 }
 
+/// The event that was missed, when the client's `state` and this node's
+/// `connected` flag disagree.
+fn missed(state: &State, connected: bool) -> Option<Event> {
+    match (state, connected) {
+        (State::Connected, false) => Some(Event::Connected),
+        (State::Disconnected | State::Pending, true) => Some(Event::Disconnected),
+        _ => None,
+    }
+}
+
+/// On every (re)connection: the flag and the gauge, a heartbeat, this
+/// node's full states; after an outage, every live peer asked for theirs.
+async fn on_connected(cluster: &Arc<Cluster>, connected: &watch::Sender<bool>) {
+    cluster.connected.store(true, Ordering::Relaxed);
+    let was_down = lock(&cluster.down_since).take();
+    cluster.metrics.cluster_connected.set(1);
+    connected.send_replace(true);
+    match was_down {
+        Some(at) => info!(
+            after_ms = at.elapsed().as_millis() as u64,
+            "cluster: NATS connection back"
+        ),
+        None => info!("cluster: connected to NATS"),
+    }
+    heartbeat(cluster, 0, false).await;
+    tokio::spawn(publish_fulls(Arc::clone(cluster)));
+    // Once more a heartbeat later: a peer that reconnected after us was
+    // not subscribed yet, and a leave lost in the outage would otherwise
+    // stay a ghost there until our next update (and here, until its next
+    // update).
+    if was_down.is_some() {
+        resync_all(cluster);
+        let again = Arc::clone(cluster);
+        tokio::spawn(async move {
+            tokio::time::sleep(again.settings.heartbeat).await;
+            resync_all(&again);
+            publish_fulls(again).await;
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missed_connection_event_is_found_from_the_clients_state() {
+        assert_eq!(missed(&State::Connected, false), Some(Event::Connected));
+        assert_eq!(
+            missed(&State::Disconnected, true),
+            Some(Event::Disconnected)
+        );
+        assert_eq!(missed(&State::Pending, true), Some(Event::Disconnected));
+        assert_eq!(missed(&State::Connected, true), None);
+        assert_eq!(missed(&State::Disconnected, false), None);
+        assert_eq!(missed(&State::Pending, false), None);
+    }
 
     #[test]
     fn backoff_doubles_to_a_second() {

@@ -2,12 +2,13 @@
 //! until the room closes; its decoded updates go to the room's inbound task.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::Subscriber;
 use futures_util::StreamExt as _;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 use super::control::bad;
 use super::heartbeat::observe;
@@ -40,28 +41,55 @@ pub(in crate::cluster) async fn subscribe_room(
     let (c, room) = (Arc::clone(cluster), Arc::<str>::from(room));
     nats.link.spawn(async move {
         let Some(nats) = &c.nats else { return };
-        let sub = tokio::select! {
-            () = token.cancelled() => return,
-            () = c.stop.cancelled() => return,
-            sub = nats.client.subscribe(c.room_subject(&room)) => sub,
-        };
-        let _ = done.send(());
-        match sub {
-            Ok(sub) => {
-                if Instant::now() > deadline {
-                    debug!(%room, "cluster: the room subscription came after the opening; asking for full states");
-                    subscribed_late(&c, &room);
+        let mut done = Some(done);
+        let mut retry = RETRY_FIRST;
+        let mut late = false;
+        // Until the room closes: a failed subscription, or one whose stream
+        // ended, is made again (issue #15, finding 9: it was forgotten,
+        // and the room heard nothing more from the other nodes).
+        loop {
+            let sub = tokio::select! {
+                () = token.cancelled() => return,
+                () = c.stop.cancelled() => return,
+                sub = nats.client.subscribe(c.room_subject(&room)) => sub,
+            };
+            if let Some(done) = done.take() {
+                let _ = done.send(());
+            }
+            match sub {
+                Ok(sub) => {
+                    if late || Instant::now() > deadline {
+                        debug!(%room, "cluster: the room subscription came after the opening; asking for full states");
+                        subscribed_late(&c, &room);
+                    }
+                    retry = RETRY_FIRST;
+                    read_room(Arc::clone(&c), Arc::clone(&room), sub, token.clone()).await;
+                    if token.is_cancelled() || c.stop.is_cancelled() {
+                        return;
+                    }
+                    warn!(%room, "cluster: the room subscription ended; subscribing again");
                 }
-                read_room(Arc::clone(&c), room, sub, token).await;
+                Err(err) => {
+                    error!(%err, %room, retry_ms = retry.as_millis() as u64, "cluster: cannot subscribe to the room; trying again");
+                }
             }
-            Err(err) => {
-                error!(%err, %room, "cluster: cannot subscribe to the room");
-                subscribe_failed(&c, &room, &token);
+            c.metrics.cluster_subscribe_retries.inc();
+            late = true;
+            tokio::select! {
+                () = token.cancelled() => return,
+                () = c.stop.cancelled() => return,
+                () = tokio::time::sleep(retry) => {}
             }
+            retry = (retry * 2).min(RETRY_MAX);
         }
     });
     let _ = tokio::time::timeout_at(deadline, subscribed).await;
 }
+
+/// The first wait before a room's subscription is made again, doubled
+/// after each failure up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The subscription to `room` came after its opening gave up waiting:
 /// every live peer is asked for its full state of the room.
@@ -69,19 +97,6 @@ fn subscribed_late(cluster: &Cluster, room: &str) {
     let peers = lock(&cluster.directory).live_nodes();
     for node in peers {
         cluster.request_sync(&node, vec![room.to_owned()]);
-    }
-}
-
-/// The subscription under `token` failed: forgets it, unless the room was
-/// closed meanwhile (its token cancelled), and maybe opened again under a
-/// newer subscription, which must stay.
-pub(super) fn subscribe_failed(cluster: &Cluster, room: &str, token: &CancellationToken) {
-    let mut subs = lock(&cluster.subs);
-    // `close` cancels a token as it removes it, so an uncancelled token is
-    // still the one in the map.
-    if !token.is_cancelled() && subs.remove(room).is_some() {
-        token.cancel();
-        cluster.metrics.cluster_rooms_subscribed.dec();
     }
 }
 

@@ -13,12 +13,11 @@ use tokio::process::{Child, Command};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::heartbeat::to_rooms;
 use super::launch;
 use super::repair::{SYNC_CHUNK, full_soon, publish_fulls, resync_all};
-use super::subscribe::{subscribe_failed, subscribe_room};
+use super::subscribe::subscribe_room;
 use crate::clock::Clock;
 use crate::cluster::wire::{self, Origin, Update};
 use crate::cluster::{Cluster, ClusterSettings, Inbound, RoomSide, lock, run_inbound, shard_of};
@@ -380,27 +379,6 @@ async fn a_room_subscribed_after_its_opening_asks_the_peers_for_full_states() {
     b.health("connected, 1 peers").await;
     subscribe_room(&a.cluster, "late", Instant::now()).await;
     b.called(Call::Full("late".into())).await;
-}
-
-/// A failed subscription forgets itself, never a newer subscription of the
-/// same room (after a close and a reopen).
-#[test]
-fn a_failed_subscription_leaves_a_newer_one_of_the_room() {
-    let (c, _out) = Cluster::detached(
-        Cluster::test_settings("me", 0),
-        Arc::new(Metrics::default()),
-    );
-    let old = CancellationToken::new();
-    lock(&c.subs).insert(Arc::from("r"), old.clone());
-    c.close("r");
-    let newer = CancellationToken::new();
-    lock(&c.subs).insert(Arc::from("r"), newer.clone());
-    subscribe_failed(&c, "r", &old);
-    assert!(lock(&c.subs).contains_key("r"));
-    assert!(!newer.is_cancelled());
-    subscribe_failed(&c, "r", &newer);
-    assert!(!lock(&c.subs).contains_key("r"));
-    assert!(newer.is_cancelled());
 }
 
 fn detached_with(open: &[&str]) -> (Arc<Cluster>, UnboundedReceiver<Call>, Arc<dyn RoomSide>) {
