@@ -320,11 +320,14 @@ impl Rooms {
                 (now_ms / step * step, unit)
             }),
         };
+        let cluster = self.cluster();
+        let live = cluster.is_some_and(|c| c.is_live(&node, u.origin.epoch));
         let placement = place(
             parts.get(&node).map(|p| &p.sequence),
             u.origin.epoch,
             u.origin.incarnation,
             u.closed,
+            live,
         );
         if let Some(reason) = placement.drop
             && let Some(old) = parts.remove(&node)
@@ -348,11 +351,8 @@ impl Rooms {
                 // members without id clashes, so a room's held updates stay
                 // bounded at `(slots - 1) * MAX_BUFFERED_BYTES` whatever names
                 // are heard (issue #15, finding 9).
-                let cluster = self.cluster();
                 let max_parts = cluster.map_or(0, |c| c.slots().saturating_sub(1).max(1) as usize);
-                if parts.len() >= max_parts
-                    || !cluster.is_some_and(|c| c.is_live(&node, u.origin.epoch))
-                {
+                if parts.len() >= max_parts || !live {
                     apply.metrics.cluster_bad_messages.inc();
                     return None;
                 }

@@ -48,15 +48,24 @@ pub(super) enum Target {
 /// A new epoch replaces the part (its members are lost with the node's
 /// previous run); an earlier opening is stale; a later opening replaces the
 /// part (the earlier opening's members are gone, and the `closed` that said
-/// so may have been lost); `closed` drops the part.
+/// so may have been lost); `closed` drops the part. `live`: the node's run
+/// `epoch` is a live peer; an update of another run that is not (a message
+/// of a previous run, delayed past the new run's first) changes nothing.
 pub(super) fn place(
     part: Option<&Sequence>,
     epoch: u64,
     incarnation: u64,
     closed: bool,
+    live: bool,
 ) -> Placement {
     let (drop, known) = match part {
         None => (None, false),
+        Some(p) if p.epoch != epoch && !live => {
+            return Placement {
+                drop: None,
+                to: Target::Nowhere,
+            };
+        }
         Some(p) if p.epoch != epoch => (Some(LeaveReason::ServerLost), false),
         Some(p) if incarnation < p.incarnation => {
             return Placement {
@@ -224,8 +233,9 @@ impl Sequence {
         if !self.synced || u.seq > self.seq + 1 {
             // Unknown part, or a gap: wait for a full state.
             self.synced = false;
-            if !beacon {
-                // A beacon holds nothing: it only said what was missed.
+            // A beacon holds nothing: it only said what was missed; nor
+            // does an update applied already (a repeat while waiting).
+            if !beacon && u.seq > self.seq {
                 self.hold(u);
             }
             return Decision::Wait {
@@ -374,24 +384,30 @@ mod tests {
         use LeaveReason::{Left, ServerLost};
         use Target::{NewPart, Nowhere, Part};
         let part = Sequence::new(7, 2);
-        // (part held, epoch, incarnation, closed) -> (drop, to)
+        // (part held, epoch, incarnation, closed, live) -> (drop, to)
         let cases = [
-            (None, 7, 2, false, None, NewPart),
-            (None, 7, 2, true, None, Nowhere),
-            (Some(&part), 7, 2, false, None, Part),
-            (Some(&part), 7, 2, true, Some(Left), Nowhere),
-            (Some(&part), 7, 1, false, None, Nowhere),
-            (Some(&part), 7, 1, true, None, Nowhere),
-            (Some(&part), 7, 3, false, Some(Left), NewPart),
-            (Some(&part), 7, 3, true, Some(Left), Nowhere),
-            (Some(&part), 8, 2, false, Some(ServerLost), NewPart),
-            (Some(&part), 8, 1, false, Some(ServerLost), NewPart),
-            (Some(&part), 6, 3, false, Some(ServerLost), NewPart),
-            (Some(&part), 8, 2, true, Some(ServerLost), Nowhere),
+            (None, 7, 2, false, true, None, NewPart),
+            (None, 7, 2, true, true, None, Nowhere),
+            (Some(&part), 7, 2, false, true, None, Part),
+            (Some(&part), 7, 2, true, true, Some(Left), Nowhere),
+            (Some(&part), 7, 1, false, true, None, Nowhere),
+            (Some(&part), 7, 1, true, true, None, Nowhere),
+            (Some(&part), 7, 3, false, true, Some(Left), NewPart),
+            (Some(&part), 7, 3, true, true, Some(Left), Nowhere),
+            (Some(&part), 8, 2, false, true, Some(ServerLost), NewPart),
+            (Some(&part), 8, 1, false, true, Some(ServerLost), NewPart),
+            (Some(&part), 6, 3, false, true, Some(ServerLost), NewPart),
+            (Some(&part), 8, 2, true, true, Some(ServerLost), Nowhere),
+            // A run that is not live (a delayed message of the previous
+            // run) leaves the current run's part alone.
+            (Some(&part), 6, 3, false, false, None, Nowhere),
+            (Some(&part), 6, 3, true, false, None, Nowhere),
+            (Some(&part), 8, 2, false, false, None, Nowhere),
         ];
-        for (i, (part, epoch, incarnation, closed, drop, to)) in cases.into_iter().enumerate() {
+        for (i, (part, epoch, incarnation, closed, live, drop, to)) in cases.into_iter().enumerate()
+        {
             assert_eq!(
-                place(part, epoch, incarnation, closed),
+                place(part, epoch, incarnation, closed, live),
                 Placement { drop, to },
                 "case {i}"
             );
@@ -656,11 +672,33 @@ mod tests {
         }
     }
 
+    /// While waiting after a gap, a repeat of an update applied already is
+    /// not held: it would take the room of the ones the full state needs.
+    #[test]
+    fn a_repeat_while_waiting_is_not_held() {
+        let t0 = Instant::now();
+        let mut s = synced_at(3, t0);
+        assert_eq!(
+            s.receive(delta(5), true, true, t0),
+            Decision::Wait { ask: true }
+        );
+        assert_eq!(
+            s.receive(delta(3), true, true, t0),
+            Decision::Wait { ask: false }
+        );
+        assert_eq!(
+            s.receive(delta(2), true, true, t0),
+            Decision::Wait { ask: false }
+        );
+        let held: Vec<u64> = s.held().iter().map(|u| u.seq).collect();
+        assert_eq!(held, [5]);
+    }
+
     #[test]
     fn a_new_epoch_starts_a_new_part_from_nothing() {
         let t0 = Instant::now();
         let old = synced_at(9, t0);
-        let placed = place(Some(&old), 8, 1, false);
+        let placed = place(Some(&old), 8, 1, false, true);
         assert_eq!(
             placed,
             Placement {
@@ -675,6 +713,6 @@ mod tests {
             new.receive(delta(1), false, true, t0),
             Decision::Apply(delta(1))
         );
-        assert_eq!(place(Some(&new), 8, 1, false).to, Target::Part);
+        assert_eq!(place(Some(&new), 8, 1, false, true).to, Target::Part);
     }
 }
