@@ -6,6 +6,16 @@
 //! epoch under a known name replaces the old one at once, and messages still
 //! in flight from a replaced (or departed) epoch are recognised as stale and
 //! ignored, so they cannot bring it back.
+//!
+//! Name clashes (two live processes under one name, or a forged message
+//! with a live node's name): a message under this node's own name and
+//! another epoch is [`Seen::OwnName`]. On a peer, the epoch just replaced
+//! heard again more than one heartbeat period after its replacement (a
+//! killed process's messages in flight arrive well before that) is alive:
+//! the incumbent is reinstated ([`Seen::NameClash`]) and the newcomer is
+//! ignored ([`Seen::Clashing`]) for as long as the incumbent keeps
+//! talking; once the incumbent is down, the newcomer replaces it as any
+//! restart does.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,6 +29,8 @@ use super::wire::Origin;
 pub const MAX_PEERS: usize = 4_096;
 /// Retired epochs remembered per node name.
 const RETIRED_PER_NODE: usize = 4;
+/// Other epochs under this node's own name remembered.
+const OWN_CLASHES: usize = 8;
 
 /// One known peer.
 #[derive(Clone, Debug)]
@@ -30,14 +42,23 @@ pub struct Peer {
     pub down: bool,
     /// Retired epochs of this name: their messages are stale.
     retired: Vec<u64>,
+    /// The epoch the current one replaced, and when.
+    replaced: Option<(u64, Instant)>,
+    /// A newcomer under this name ignored while the current epoch (the
+    /// incumbent) is live: its epoch and when it was last heard.
+    clash: Option<(u64, Instant)>,
 }
 
 /// What hearing from a peer means.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Seen {
-    /// A message from ourselves under our own name but another epoch (a
-    /// second process with our name), or from a retired epoch: ignore it.
+    /// A message from a retired epoch (in flight from a replaced or
+    /// departed run): ignore it.
     Stale,
+    /// A message under our own name but another epoch: a second process
+    /// runs under this node's name (or someone forges it). Ignore it;
+    /// `first` the first time this epoch is heard (log it, count it).
+    OwnName { first: bool },
     /// A live peer, as known.
     Known,
     /// A node not known before.
@@ -46,6 +67,15 @@ pub enum Seen {
     Returned,
     /// A known name with a new epoch: the old epoch's members go at once.
     Replaced { old_epoch: u64, slot_clash: bool },
+    /// The epoch `reinstated`, replaced by `dropped` more than a heartbeat
+    /// period ago, is heard again: two live processes share the name. The
+    /// incumbent is reinstated (ask it for its full states); the
+    /// newcomer's members go, and its messages are ignored while the
+    /// incumbent is live.
+    NameClash { reinstated: u64, dropped: u64 },
+    /// A message of the newcomer of a name clash while the incumbent is
+    /// live: ignore it.
+    Clashing,
 }
 
 /// The directory of peers.
@@ -53,24 +83,32 @@ pub enum Seen {
 pub struct Directory {
     me: Origin,
     timeout: Duration,
+    /// The heartbeat period: a replaced epoch heard more than this after
+    /// its replacement is alive.
+    period: Duration,
     peers: HashMap<Arc<str>, Peer>,
+    /// Other epochs heard under our own name, and when last.
+    own_clashes: Vec<(u64, Instant)>,
 }
 
 impl Directory {
-    pub fn new(me: Origin, timeout: Duration) -> Self {
+    pub fn new(me: Origin, timeout: Duration, period: Duration) -> Self {
         Self {
             me,
             timeout,
+            period,
             peers: HashMap::new(),
+            own_clashes: Vec::new(),
         }
     }
 
     /// Records a message from `from` at `now`.
     pub fn seen(&mut self, from: &Origin, now: Instant) -> Seen {
         if from.node == self.me.node {
-            return Seen::Stale;
+            return self.own_name(from.epoch, now);
         }
         let clash = self.slot_clash(from);
+        let period = self.period;
         if let Some(peer) = self.peers.get_mut(&from.node) {
             if peer.epoch == from.epoch {
                 peer.last_seen = now;
@@ -81,6 +119,32 @@ impl Directory {
                 }
                 return Seen::Known;
             }
+            if let Some((newcomer, heard)) = &mut peer.clash
+                && *newcomer == from.epoch
+                && !peer.down
+            {
+                *heard = now;
+                return Seen::Clashing;
+            }
+            if let Some((old, at)) = peer.replaced
+                && old == from.epoch
+                && !peer.down
+                && now.saturating_duration_since(at) > period
+            {
+                // The replaced run is alive: reinstate it, ignore the
+                // newcomer while the incumbent talks.
+                let dropped = peer.epoch;
+                peer.retired.retain(|&e| e != old);
+                peer.epoch = old;
+                peer.slot = from.slot;
+                peer.last_seen = now;
+                peer.replaced = None;
+                peer.clash = Some((dropped, now));
+                return Seen::NameClash {
+                    reinstated: old,
+                    dropped,
+                };
+            }
             if peer.retired.contains(&from.epoch) {
                 return Seen::Stale;
             }
@@ -89,6 +153,9 @@ impl Directory {
                 peer.retired.remove(0);
             }
             peer.retired.push(old_epoch);
+            // After a `bye` (epoch 0) there is no run to clash with.
+            peer.replaced = (old_epoch != 0 && !peer.down).then_some((old_epoch, now));
+            peer.clash = None;
             peer.epoch = from.epoch;
             peer.slot = from.slot;
             peer.last_seen = now;
@@ -109,9 +176,76 @@ impl Directory {
                 last_seen: now,
                 down: false,
                 retired: Vec::new(),
+                replaced: None,
+                clash: None,
             },
         );
         Seen::New { slot_clash: clash }
+    }
+
+    /// A message under our own name in `epoch`.
+    fn own_name(&mut self, epoch: u64, now: Instant) -> Seen {
+        if epoch == self.me.epoch {
+            // Our own message (NATS does not echo them; harmless).
+            return Seen::Stale;
+        }
+        if let Some((_, heard)) = self.own_clashes.iter_mut().find(|(e, _)| *e == epoch) {
+            *heard = now;
+            return Seen::OwnName { first: false };
+        }
+        if self.own_clashes.len() == OWN_CLASHES {
+            self.own_clashes.remove(0);
+        }
+        self.own_clashes.push((epoch, now));
+        Seen::OwnName { first: true }
+    }
+
+    /// Whether another process was heard under our own name within the
+    /// node timeout before `now`.
+    pub fn own_name_clash(&self, now: Instant) -> bool {
+        self.own_clashes
+            .iter()
+            .any(|(_, heard)| now.saturating_duration_since(*heard) <= self.timeout)
+    }
+
+    /// Live peers whose name two live processes share (the newcomer heard
+    /// within the node timeout before `now`), sorted.
+    pub fn name_clashes(&self, now: Instant) -> Vec<Arc<str>> {
+        let mut names: Vec<Arc<str>> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| {
+                !p.down
+                    && p.clash.is_some_and(|(_, heard)| {
+                        now.saturating_duration_since(heard) <= self.timeout
+                    })
+            })
+            .map(|(name, _)| Arc::clone(name))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// The slots of the live peers other than `except`, and this node's.
+    pub fn held_slots(&self, except: &str) -> std::collections::BTreeSet<u32> {
+        self.peers
+            .iter()
+            .filter(|(name, p)| !p.down && ***name != *except)
+            .map(|(_, p)| p.slot)
+            .chain([self.me.slot])
+            .collect()
+    }
+
+    /// Live peers holding this node's slot, sorted.
+    pub fn slot_clashes(&self) -> Vec<Arc<str>> {
+        let mut names: Vec<Arc<str>> = self
+            .peers
+            .iter()
+            .filter(|(_, p)| !p.down && p.slot == self.me.slot)
+            .map(|(name, _)| Arc::clone(name))
+            .collect();
+        names.sort();
+        names
     }
 
     /// Whether another live node (this one included) holds `from`'s slot.
@@ -148,6 +282,8 @@ impl Directory {
                 peer.retired.push(from.epoch);
                 // Any new incarnation is a Replaced, never a Returned.
                 peer.epoch = 0;
+                peer.replaced = None;
+                peer.clash = None;
                 was_live
             }
             _ => false,
@@ -231,7 +367,7 @@ mod tests {
     }
 
     fn dir() -> Directory {
-        Directory::new(origin("me", 1, 0), Duration::from_millis(3_000))
+        Directory::new(origin("me", 1, 0), Duration::from_millis(3_000), PERIOD)
     }
 
     #[test]
@@ -290,10 +426,28 @@ mod tests {
     }
 
     #[test]
-    fn our_own_name_is_never_a_peer() {
+    fn our_own_name_is_never_a_peer_and_another_epoch_of_it_is_a_clash() {
         let mut d = dir();
-        assert_eq!(d.seen(&origin("me", 2, 0), Instant::now()), Seen::Stale);
+        let t0 = Instant::now();
+        assert_eq!(d.seen(&origin("me", 1, 0), t0), Seen::Stale);
+        assert!(!d.own_name_clash(t0));
+        assert_eq!(
+            d.seen(&origin("me", 2, 0), t0),
+            Seen::OwnName { first: true }
+        );
+        let t1 = t0 + Duration::from_secs(1);
+        assert_eq!(
+            d.seen(&origin("me", 2, 0), t1),
+            Seen::OwnName { first: false }
+        );
+        assert_eq!(
+            d.seen(&origin("me", 3, 5), t1),
+            Seen::OwnName { first: true }
+        );
         assert_eq!(d.live(), 0);
+        // Said for the node timeout after the last one heard.
+        assert!(d.own_name_clash(t1 + Duration::from_millis(3_000)));
+        assert!(!d.own_name_clash(t1 + Duration::from_millis(3_001)));
     }
 
     #[test]
@@ -315,6 +469,117 @@ mod tests {
     }
 
     const PERIOD: Duration = Duration::from_secs(1);
+
+    /// Issue #15, finding 4: one message with a live node's name and
+    /// another epoch (a forged heartbeat, a second process) replaced the
+    /// node for good, its later messages stale. Now the replaced epoch
+    /// heard more than a heartbeat period after its replacement is
+    /// reinstated, and the newcomer ignored while the incumbent talks.
+    #[test]
+    fn a_replaced_epoch_heard_after_a_period_is_reinstated_and_the_newcomer_ignored() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        assert_eq!(
+            d.seen(&origin("a", 7, 1), t0),
+            Seen::New { slot_clash: false }
+        );
+        let forged = t0 + Duration::from_millis(100);
+        assert_eq!(
+            d.seen(&origin("a", 8, 1), forged),
+            Seen::Replaced {
+                old_epoch: 7,
+                slot_clash: false
+            }
+        );
+        // Within a period of the replacement: in flight from a killed run.
+        assert_eq!(d.seen(&origin("a", 7, 1), forged + PERIOD), Seen::Stale);
+        assert!(d.is_live("a", 8));
+        assert!(d.name_clashes(forged + PERIOD).is_empty());
+        // Past it: alive. The incumbent is back, the newcomer ignored.
+        let heard = forged + PERIOD + Duration::from_millis(1);
+        assert_eq!(
+            d.seen(&origin("a", 7, 1), heard),
+            Seen::NameClash {
+                reinstated: 7,
+                dropped: 8
+            }
+        );
+        assert!(d.is_live("a", 7));
+        assert!(!d.is_live("a", 8));
+        assert_eq!(d.seen(&origin("a", 8, 1), heard), Seen::Clashing);
+        assert_eq!(d.seen(&origin("a", 7, 1), heard), Seen::Known);
+        assert_eq!(d.name_clashes(heard), [Arc::<str>::from("a")]);
+        // Said until the newcomer has been silent for the node timeout.
+        let later = heard + Duration::from_secs(2);
+        assert_eq!(d.seen(&origin("a", 7, 1), later), Seen::Known);
+        assert_eq!(
+            d.name_clashes(heard + Duration::from_millis(3_000)).len(),
+            1
+        );
+        assert!(
+            d.name_clashes(heard + Duration::from_millis(3_001))
+                .is_empty()
+        );
+        // The incumbent dies: the newcomer takes the name as any restart.
+        assert_eq!(d.expire(later + Duration::from_millis(3_001)).len(), 1);
+        assert_eq!(
+            d.seen(&origin("a", 8, 1), later + Duration::from_secs(4)),
+            Seen::Replaced {
+                old_epoch: 7,
+                slot_clash: false
+            }
+        );
+        assert!(d.is_live("a", 8));
+    }
+
+    /// A restart after `kill -9` (or a stop) still replaces at once, and
+    /// the old run's last messages, in flight, are stale.
+    #[test]
+    fn a_restart_replaces_at_once_and_the_old_runs_messages_in_flight_are_stale() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        d.seen(&origin("a", 7, 1), t0);
+        let restarted = t0 + Duration::from_millis(400);
+        assert!(matches!(
+            d.seen(&origin("a", 8, 1), restarted),
+            Seen::Replaced { old_epoch: 7, .. }
+        ));
+        assert_eq!(d.seen(&origin("a", 7, 1), restarted), Seen::Stale);
+        assert_eq!(d.seen(&origin("a", 7, 1), restarted + PERIOD), Seen::Stale);
+        // A run that said bye, then a new one: the old never clashes.
+        let a9 = origin("a", 9, 1);
+        let t1 = restarted + PERIOD;
+        d.seen(&a9, t1);
+        assert!(d.bye(&a9));
+        assert!(matches!(
+            d.seen(&origin("a", 10, 1), t1),
+            Seen::Replaced { .. }
+        ));
+        assert_eq!(d.seen(&a9, t1 + 5 * PERIOD), Seen::Stale);
+        // A run already down (expired) is not an incumbent either.
+        let t2 = t1 + 5 * PERIOD;
+        assert_eq!(d.expire(t2 + Duration::from_millis(3_001)).len(), 1);
+        let t3 = t2 + Duration::from_secs(4);
+        assert!(matches!(
+            d.seen(&origin("a", 11, 1), t3),
+            Seen::Replaced { old_epoch: 10, .. }
+        ));
+        assert_eq!(d.seen(&origin("a", 10, 1), t3 + 5 * PERIOD), Seen::Stale);
+        assert!(d.name_clashes(t3 + 5 * PERIOD).is_empty());
+    }
+
+    #[test]
+    fn slot_clashes_and_held_slots_list_the_live_peers() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        d.seen(&origin("a", 1, 0), t0);
+        d.seen(&origin("b", 1, 3), t0);
+        assert_eq!(d.slot_clashes(), [Arc::<str>::from("a")]);
+        assert_eq!(d.held_slots("x").into_iter().collect::<Vec<_>>(), [0, 3]);
+        assert_eq!(d.held_slots("b").into_iter().collect::<Vec<_>>(), [0]);
+        d.expire(t0 + Duration::from_millis(3_001));
+        assert!(d.slot_clashes().is_empty());
+    }
 
     #[test]
     fn a_long_stall_gives_every_live_peer_a_fresh_timeout() {
