@@ -9,13 +9,22 @@
 //!
 //! Name clashes (two live processes under one name, or a forged message
 //! with a live node's name): a message under this node's own name and
-//! another epoch is [`Seen::OwnName`]. On a peer, the epoch just replaced
-//! heard again more than one heartbeat period after its replacement (a
-//! killed process's messages in flight arrive well before that) is alive:
-//! the incumbent is reinstated ([`Seen::NameClash`]) and the newcomer is
-//! ignored ([`Seen::Clashing`]) for as long as the incumbent keeps
-//! talking; once the incumbent is down, the newcomer replaces it as any
-//! restart does.
+//! another epoch is [`Seen::OwnName`]. On a peer, the incumbent (the live
+//! epoch of a name) is kept, and a newcomer under its name ignored
+//! ([`Seen::Clashing`]) for as long as the incumbent keeps talking; once
+//! the incumbent is down, the newcomer replaces it as any restart does:
+//!
+//! - A restarted node claims its slot first (`P.v2.q.nodes`), which a live
+//!   incumbent would have answered, refusing the start. A new epoch whose
+//!   claim was heard ([`Directory::announce`]) replaces the incumbent at
+//!   once, as a restart after `kill -9` must. One never announced (a
+//!   forged message, or a claim this node missed) is ignored until the
+//!   incumbent is down (the node timeout). The incumbent heard after such a
+//!   newcomer is a clash ([`Seen::Clash`]).
+//! - A replaced epoch heard again more than one heartbeat period after its
+//!   replacement (a killed process's messages in flight arrive well before
+//!   that) is alive (it was frozen during the newcomer's claim): it is
+//!   reinstated ([`Seen::NameClash`]) and the newcomer ignored.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -45,8 +54,21 @@ pub struct Peer {
     /// The epoch the current one replaced, and when.
     replaced: Option<(u64, Instant)>,
     /// A newcomer under this name ignored while the current epoch (the
-    /// incumbent) is live: its epoch and when it was last heard.
-    clash: Option<(u64, Instant)>,
+    /// incumbent) is live.
+    clash: Option<Clash>,
+    /// New epochs under this name whose slot claim was heard: each
+    /// replaces the incumbent at once.
+    announced: Vec<u64>,
+}
+
+/// A newcomer under a live peer's name.
+#[derive(Clone, Copy, Debug)]
+struct Clash {
+    epoch: u64,
+    /// When the newcomer was last heard.
+    heard: Instant,
+    /// Whether the incumbent was heard after it (both alive: reported).
+    both: bool,
 }
 
 /// What hearing from a peer means.
@@ -73,9 +95,13 @@ pub enum Seen {
     /// newcomer's members go, and its messages are ignored while the
     /// incumbent is live.
     NameClash { reinstated: u64, dropped: u64 },
-    /// A message of the newcomer of a name clash while the incumbent is
-    /// live: ignore it.
+    /// A message of a newcomer under a live peer's name, while the
+    /// incumbent is live: ignore it.
     Clashing,
+    /// The incumbent is heard after a newcomer under its name was ignored:
+    /// two processes (or a forger) use the name. Report it once; the
+    /// message is the incumbent's, as known.
+    Clash { newcomer: u64 },
 }
 
 /// The directory of peers.
@@ -117,13 +143,21 @@ impl Directory {
                     peer.down = false;
                     return Seen::Returned;
                 }
+                if let Some(clash) = &mut peer.clash
+                    && !clash.both
+                {
+                    clash.both = true;
+                    return Seen::Clash {
+                        newcomer: clash.epoch,
+                    };
+                }
                 return Seen::Known;
             }
-            if let Some((newcomer, heard)) = &mut peer.clash
-                && *newcomer == from.epoch
+            if let Some(clash) = &mut peer.clash
+                && clash.epoch == from.epoch
                 && !peer.down
             {
-                *heard = now;
+                clash.heard = now;
                 return Seen::Clashing;
             }
             if let Some((old, at)) = peer.replaced
@@ -139,7 +173,11 @@ impl Directory {
                 peer.slot = from.slot;
                 peer.last_seen = now;
                 peer.replaced = None;
-                peer.clash = Some((dropped, now));
+                peer.clash = Some(Clash {
+                    epoch: dropped,
+                    heard: now,
+                    both: true,
+                });
                 return Seen::NameClash {
                     reinstated: old,
                     dropped,
@@ -148,13 +186,26 @@ impl Directory {
             if peer.retired.contains(&from.epoch) {
                 return Seen::Stale;
             }
+            let live = !peer.down && peer.epoch != 0;
+            if live && !peer.announced.contains(&from.epoch) {
+                // Never claimed a slot: not a restart. Ignored while the
+                // incumbent talks.
+                peer.clash = Some(Clash {
+                    epoch: from.epoch,
+                    heard: now,
+                    both: false,
+                });
+                return Seen::Clashing;
+            }
+            peer.announced.retain(|&e| e != from.epoch);
             let old_epoch = peer.epoch;
             if peer.retired.len() == RETIRED_PER_NODE {
                 peer.retired.remove(0);
             }
             peer.retired.push(old_epoch);
-            // After a `bye` (epoch 0) there is no run to clash with.
-            peer.replaced = (old_epoch != 0 && !peer.down).then_some((old_epoch, now));
+            // After a `bye` (epoch 0) or a drop there is no run to clash
+            // with.
+            peer.replaced = live.then_some((old_epoch, now));
             peer.clash = None;
             peer.epoch = from.epoch;
             peer.slot = from.slot;
@@ -178,9 +229,24 @@ impl Directory {
                 retired: Vec::new(),
                 replaced: None,
                 clash: None,
+                announced: Vec::new(),
             },
         );
         Seen::New { slot_clash: clash }
+    }
+
+    /// The slot claim of `from` (a node starting) was heard: a new epoch
+    /// of a known name, which replaces the incumbent at once when heard.
+    pub fn announce(&mut self, from: &Origin) {
+        if let Some(peer) = self.peers.get_mut(&from.node)
+            && peer.epoch != from.epoch
+            && !peer.announced.contains(&from.epoch)
+        {
+            if peer.announced.len() == RETIRED_PER_NODE {
+                peer.announced.remove(0);
+            }
+            peer.announced.push(from.epoch);
+        }
     }
 
     /// A message under our own name in `epoch`.
@@ -216,8 +282,8 @@ impl Directory {
             .iter()
             .filter(|(_, p)| {
                 !p.down
-                    && p.clash.is_some_and(|(_, heard)| {
-                        now.saturating_duration_since(heard) <= self.timeout
+                    && p.clash.is_some_and(|c| {
+                        c.both && now.saturating_duration_since(c.heard) <= self.timeout
                     })
             })
             .map(|(name, _)| Arc::clone(name))
@@ -395,6 +461,7 @@ mod tests {
         let mut d = dir();
         let t0 = Instant::now();
         d.seen(&origin("a", 7, 1), t0);
+        d.announce(&origin("a", 8, 1));
         assert_eq!(
             d.seen(&origin("a", 8, 1), t0),
             Seen::Replaced {
@@ -472,9 +539,58 @@ mod tests {
 
     /// Issue #15, finding 4: one message with a live node's name and
     /// another epoch (a forged heartbeat, a second process) replaced the
-    /// node for good, its later messages stale. Now the replaced epoch
-    /// heard more than a heartbeat period after its replacement is
-    /// reinstated, and the newcomer ignored while the incumbent talks.
+    /// node for good, its later messages stale. Now a newcomer that never
+    /// claimed a slot is ignored while the incumbent talks, and the
+    /// incumbent heard after it is a clash, reported once.
+    #[test]
+    fn a_newcomer_that_never_claimed_is_ignored_while_the_incumbent_talks() {
+        let mut d = dir();
+        let t0 = Instant::now();
+        d.seen(&origin("a", 7, 1), t0);
+        let forged = t0 + Duration::from_millis(100);
+        assert_eq!(d.seen(&origin("a", 8, 1), forged), Seen::Clashing);
+        assert!(d.is_live("a", 7));
+        assert!(!d.is_live("a", 8));
+        assert!(d.name_clashes(forged).is_empty(), "one side heard yet");
+        let real = t0 + Duration::from_millis(1_000);
+        assert_eq!(
+            d.seen(&origin("a", 7, 1), real),
+            Seen::Clash { newcomer: 8 }
+        );
+        assert_eq!(d.seen(&origin("a", 7, 1), real), Seen::Known, "once");
+        assert_eq!(d.name_clashes(real), [Arc::<str>::from("a")]);
+        // Said until the newcomer has been silent for the node timeout.
+        assert_eq!(
+            d.name_clashes(forged + Duration::from_millis(3_000)).len(),
+            1
+        );
+        assert!(
+            d.name_clashes(forged + Duration::from_millis(3_001))
+                .is_empty()
+        );
+        let again = t0 + Duration::from_millis(1_500);
+        assert_eq!(d.seen(&origin("a", 8, 1), again), Seen::Clashing);
+        assert_eq!(
+            d.name_clashes(again + Duration::from_millis(3_000)).len(),
+            1
+        );
+        // The incumbent dies: the newcomer takes the name as any restart.
+        assert_eq!(d.expire(real + Duration::from_millis(3_000)).len(), 0);
+        assert_eq!(d.expire(real + Duration::from_millis(3_001)).len(), 1);
+        assert_eq!(
+            d.seen(&origin("a", 8, 1), real + Duration::from_millis(3_001)),
+            Seen::Replaced {
+                old_epoch: 7,
+                slot_clash: false
+            }
+        );
+        assert!(d.is_live("a", 8));
+    }
+
+    /// A newcomer that claimed its slot replaces at once (a restart), but
+    /// the replaced epoch heard more than a heartbeat period later is alive
+    /// (it was frozen while the newcomer claimed): it is reinstated, and
+    /// the newcomer ignored while the incumbent talks.
     #[test]
     fn a_replaced_epoch_heard_after_a_period_is_reinstated_and_the_newcomer_ignored() {
         let mut d = dir();
@@ -483,6 +599,7 @@ mod tests {
             d.seen(&origin("a", 7, 1), t0),
             Seen::New { slot_clash: false }
         );
+        d.announce(&origin("a", 8, 1));
         let forged = t0 + Duration::from_millis(100);
         assert_eq!(
             d.seen(&origin("a", 8, 1), forged),
@@ -539,6 +656,7 @@ mod tests {
         let mut d = dir();
         let t0 = Instant::now();
         d.seen(&origin("a", 7, 1), t0);
+        d.announce(&origin("a", 8, 1));
         let restarted = t0 + Duration::from_millis(400);
         assert!(matches!(
             d.seen(&origin("a", 8, 1), restarted),
@@ -549,7 +667,8 @@ mod tests {
         // A run that said bye, then a new one: the old never clashes.
         let a9 = origin("a", 9, 1);
         let t1 = restarted + PERIOD;
-        d.seen(&a9, t1);
+        d.announce(&a9);
+        assert!(matches!(d.seen(&a9, t1), Seen::Replaced { .. }));
         assert!(d.bye(&a9));
         assert!(matches!(
             d.seen(&origin("a", 10, 1), t1),

@@ -460,10 +460,13 @@ impl Cluster {
     }
 
     /// Records a message from `from`, as the link does before it hands an
-    /// update to the rooms.
+    /// update to the rooms; a new epoch of a known node is a restart, whose
+    /// slot claim (`P.v2.q.nodes`) came first.
     #[cfg(test)]
     pub(crate) fn hear(&self, from: &Origin) {
-        lock(&self.directory).seen(from, Instant::now());
+        let mut directory = lock(&self.directory);
+        directory.announce(from);
+        directory.seen(from, Instant::now());
     }
 
     /// Test settings: node `name` in `slot` of 16.

@@ -196,7 +196,12 @@ pub(super) async fn answer_claims(cluster: Arc<Cluster>, mut sub: Subscriber) {
             // Not a peer: the directory counts it as a clash of our name.
             observe(&cluster, from);
         } else {
-            let held = lock(&cluster.directory).held_slots(&from.node);
+            let held = {
+                let mut directory = lock(&cluster.directory);
+                // A new epoch of a known node: its restart, now announced.
+                directory.announce(from);
+                directory.held_slots(&from.node)
+            };
             if held.len() >= cluster.me.slots as usize {
                 cluster.metrics.cluster_slots_exhausted.inc();
                 warn!(

@@ -105,6 +105,16 @@ pub(in crate::cluster) fn observe(cluster: &Cluster, from: &Origin) -> bool {
             }
             return false;
         }
+        Seen::Clash { newcomer } => {
+            cluster.metrics.cluster_name_clashes.inc();
+            error!(
+                %node,
+                epoch = from.epoch,
+                newcomer,
+                "cluster: another process (or a forger) uses this node name without having \
+                 claimed it; it is ignored while this node is alive"
+            );
+        }
         Seen::NameClash {
             reinstated,
             dropped,
