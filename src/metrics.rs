@@ -119,6 +119,8 @@ pub struct Metrics {
     pub cluster_bad_messages: Counter,
     pub cluster_nodes_lost: Counter,
     pub cluster_id_conflicts: Counter,
+    pub cluster_name_clashes: Counter,
+    pub cluster_slots_exhausted: Counter,
 
     registry: std::sync::OnceLock<Registry>,
 }
@@ -413,6 +415,8 @@ impl Metrics {
                     ("cluster_nodes_lost", "Peers declared down after the node timeout", &self.cluster_nodes_lost),
                     ("cluster_id_conflicts", "Remote members dropped because their id was taken, and slot clashes seen", &self.cluster_id_conflicts),
                     ("cluster_subscribe_retries", "Room subscriptions made again after a failure or after their stream ended", &self.cluster_subscribe_retries),
+                    ("cluster_name_clashes", "Two live processes seen under one node name (this node's, or a peer's): once per process heard", &self.cluster_name_clashes),
+                    ("cluster_slots_exhausted", "Slot claims of starting nodes answered here while every slot was held (the node refuses to start)", &self.cluster_slots_exhausted),
                 ];
                 for (name, help, counter) in counters {
                     r.register(name, help, counter.clone());

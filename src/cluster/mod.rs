@@ -336,10 +336,12 @@ impl Cluster {
         counts
     }
 
-    /// The second line of `/healthz`.
+    /// The second line of `/healthz`. A name clash or a slot clash is
+    /// added after the connection's state: `; NAME CLASH: ...`,
+    /// `; SLOT CLASH: ...`.
     pub fn health_line(&self) -> String {
         let node = &self.me.node;
-        if self.connected.load(Ordering::Relaxed) {
+        let mut line = if self.connected.load(Ordering::Relaxed) {
             // The contract's fixed wording: "N peers" even for one.
             let peers = lock(&self.directory).live();
             format!("cluster {node}: connected, {peers} peers")
@@ -348,7 +350,38 @@ impl Cluster {
                 .map_or(self.started.elapsed(), |at| at.elapsed())
                 .as_secs();
             format!("cluster {node}: NATS unreachable for {secs}s; serving local members only")
+        };
+        line.push_str(&self.clashes(Instant::now()));
+        line
+    }
+
+    /// What `/healthz` adds for the clashes the directory knows of at
+    /// `now` (empty when there are none).
+    fn clashes(&self, now: Instant) -> String {
+        let directory = lock(&self.directory);
+        let mut text = String::new();
+        if directory.own_name_clash(now) {
+            text.push_str(&format!(
+                "; NAME CLASH: another process runs as {}",
+                self.me.node
+            ));
         }
+        let names = directory.name_clashes(now);
+        if !names.is_empty() {
+            text.push_str(&format!(
+                "; NAME CLASH: two processes run as {}",
+                names.join(", ")
+            ));
+        }
+        let slots = directory.slot_clashes();
+        if !slots.is_empty() {
+            text.push_str(&format!(
+                "; SLOT CLASH: slot {} is also held by {}",
+                self.me.slot,
+                slots.join(", ")
+            ));
+        }
+        text
     }
 
     /// Graceful stop: tells the other nodes (`bye`) so they remove this
@@ -362,6 +395,7 @@ impl Cluster {
                 rooms,
                 members,
                 bye: true,
+                claiming: false,
             },
         );
         let subject = self.subjects.heartbeats();
@@ -400,7 +434,11 @@ impl Cluster {
         let cluster = Arc::new(Self {
             subjects: Subjects::new(&settings.prefix),
             me_pb: me.to_pb(),
-            directory: Mutex::new(Directory::new(me.clone(), settings.node_timeout)),
+            directory: Mutex::new(Directory::new(
+                me.clone(),
+                settings.node_timeout,
+                settings.heartbeat,
+            )),
             peers: watch::Sender::new(0),
             me,
             rules: Rules::default(),
@@ -423,10 +461,13 @@ impl Cluster {
     }
 
     /// Records a message from `from`, as the link does before it hands an
-    /// update to the rooms.
+    /// update to the rooms; a new epoch of a known node is a restart, whose
+    /// slot claim (`P.v2.q.nodes`) came first.
     #[cfg(test)]
     pub(crate) fn hear(&self, from: &Origin) {
-        lock(&self.directory).seen(from, Instant::now());
+        let mut directory = lock(&self.directory);
+        directory.announce(from);
+        directory.seen(from, Instant::now());
     }
 
     /// Test settings: node `name` in `slot` of 16.

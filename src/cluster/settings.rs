@@ -105,9 +105,11 @@ pub struct ClusterConfig {
     pub node_name: Option<String>,
 
     /// This node's slot, below --cluster-slots: its member ids are
-    /// `index * slots + slot`, so nodes never hand out the same id. Default:
-    /// the node name's trailing number mod the slot count, else a hash of
-    /// the name. Give live nodes different slots.
+    /// `index * slots + slot`, so nodes never hand out the same id. Claimed
+    /// through NATS at start-up: a slot held by a live node refuses the
+    /// start. Default: the node name's trailing number mod the slot count
+    /// (else a hash of the name) when no live node holds it, else the
+    /// lowest free slot.
     #[arg(long, display_order = 49, env = "AMBLE_NODE_SLOT")]
     pub node_slot: Option<u32>,
 
@@ -236,7 +238,13 @@ pub struct ClusterSettings {
     pub tls_key_file: Option<PathBuf>,
     pub require_tls: bool,
     pub node: String,
+    /// The slot wanted: `--node-slot`, else derived from the name. The
+    /// node claims it through NATS at start-up (`link::claim`), and runs
+    /// with the slot claimed.
     pub slot: u32,
+    /// Whether `slot` is the operator's `--node-slot` (a clash refuses
+    /// the start) rather than the default (a clash takes a free slot).
+    pub slot_explicit: bool,
     pub slots: u32,
     pub prefix: String,
     pub heartbeat: Duration,
@@ -308,6 +316,7 @@ impl ClusterSettings {
             require_tls: *nats_require_tls,
             node,
             slot,
+            slot_explicit: node_slot.is_some(),
             slots,
             prefix: cluster_prefix.clone(),
             heartbeat: Duration::from_millis(*cluster_heartbeat_ms),

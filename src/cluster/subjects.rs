@@ -14,6 +14,7 @@
 //! | `P.v2.n.<node>` | `SyncRequest` to that node |
 //! | `P.v2.hb.all` | `Heartbeat` |
 //! | `P.v2.q.rooms` | `RoomCounts` (request/reply) |
+//! | `P.v2.q.nodes` | `Heartbeat{claiming}`: the slot claim at start-up (request/reply) |
 
 use async_nats::Subject;
 
@@ -70,6 +71,12 @@ impl Subjects {
     pub fn counts(&self) -> Subject {
         self.make("q", "rooms")
     }
+
+    /// The slot claims of starting nodes: every live node answers with its
+    /// name, epoch and slot.
+    pub fn nodes(&self) -> Subject {
+        self.make("q", "nodes")
+    }
 }
 
 #[cfg(test)]
@@ -97,8 +104,8 @@ mod tests {
         let names = [
             "hb", "all", "r", "s", "n", "q", "rooms", "v2", "lobby", "a.b",
         ];
-        let mut published = vec![s.heartbeats(), s.counts()];
-        let mut subscribed = vec![s.heartbeats(), s.counts(), s.snapshots()];
+        let mut published = vec![s.heartbeats(), s.counts(), s.nodes()];
+        let mut subscribed = vec![s.heartbeats(), s.counts(), s.nodes(), s.snapshots()];
         for name in names {
             published.extend([s.room(name), s.snapshot(name)]);
             subscribed.push(s.room(name));
@@ -120,6 +127,7 @@ mod tests {
         assert_eq!(s.node("n1").as_str(), "amble.v2.n.n1");
         assert_eq!(s.heartbeats().as_str(), "amble.v2.hb.all");
         assert_eq!(s.counts().as_str(), "amble.v2.q.rooms");
+        assert_eq!(s.nodes().as_str(), "amble.v2.q.nodes");
     }
 
     /// Issue #15, finding 8: with prefixes `P` and `P.r`, a client joining

@@ -150,6 +150,9 @@ pub struct Heartbeat {
     pub rooms: u32,
     pub members: u32,
     pub bye: bool,
+    /// A slot claim, or an answer to one from a node whose own claim is
+    /// still open (`P.v2.q.nodes`).
+    pub claiming: bool,
 }
 
 /// Why a cluster message was dropped.
@@ -383,6 +386,7 @@ pub fn decode_heartbeat(bytes: &[u8], slots: u32) -> Result<Heartbeat, WireError
         rooms: msg.rooms,
         members: msg.members,
         bye: msg.bye,
+        claiming: msg.claiming,
     })
 }
 

@@ -1494,13 +1494,19 @@ async fn room_capacity_counts_members_on_every_node() {
     assert_eq!(bo.names(), ["Ada", "Bo"]);
 }
 
-/// Two live nodes given the same slot: each logs one error naming the
-/// other and counts it once, however many heartbeats follow.
+/// Two live nodes on the same slot (the second claimed it while the first
+/// was frozen, so it could not answer): each logs one error naming the
+/// other and counts it once, however many heartbeats follow, and /healthz
+/// says so.
 #[tokio::test]
 async fn two_live_nodes_on_one_slot_each_say_so_once() {
     let nats = Nats::start().await;
     let a = Node::start(&nats, 1, &[]).await;
+    a.joined().await;
+    a.freeze();
     let b = Node::start_as(&nats, "other-one", 1, &[]).await;
+    assert_eq!(b.joined().await, 1, "nobody answered the claim of slot 1");
+    a.thaw();
     for node in [&a, &b] {
         has_peers(node, 1).await;
         let from = node
@@ -1511,6 +1517,12 @@ async fn two_live_nodes_on_one_slot_each_say_so_once() {
         metric_is_at_least(node, "amble_cluster_messages_received_total", from + 3.0).await;
     }
     for (node, other) in [(&a, "other-one"), (&b, "n1")] {
+        let (_, lines) = node.healthz().await;
+        let want = format!(
+            "cluster {}: connected, 1 peers; SLOT CLASH: slot 1 is also held by {other}",
+            node.name
+        );
+        assert_eq!(lines.get(1), Some(&want), "{}", node.name);
         assert_eq!(
             node.metric("amble_cluster_id_conflicts_total").await,
             Some(1.0),
@@ -1524,5 +1536,150 @@ async fn two_live_nodes_on_one_slot_each_say_so_once() {
             .filter(|l| l.contains("slot") && l.contains(other))
             .collect();
         assert_eq!(said.len(), 1, "{}: {said:?}", node.name);
+    }
+}
+
+/// Issue #15, finding 3: the default slot came from the name's trailing
+/// number (every node on :3000 got slot 8), so two such nodes gave their
+/// first joiners in a room the same id, and each hid the other's member.
+/// Now the slot is claimed: two nodes started at once whose names derive
+/// the same slot take different ones, and simultaneous first joins on both
+/// give two members that both nodes see.
+#[tokio::test]
+async fn nodes_whose_names_derive_one_slot_claim_different_slots() {
+    let nats = Nats::start().await;
+    let (a, b) = tokio::join!(
+        Node::start_unslotted(&nats, "alpha-3000", &[]),
+        Node::start_unslotted(&nats, "beta-3000", &[])
+    );
+    assert_ne!(a.slot, b.slot, "both derive slot 3000 % 16 = 8");
+    assert!(a.slot == 8 || b.slot == 8, "one keeps the derived slot");
+    has_peers(&a, 1).await;
+    has_peers(&b, 1).await;
+    let (mut ada, mut bo) = tokio::join!(
+        Person::join(&a, "split", "Ada"),
+        Person::join(&b, "split", "Bo")
+    );
+    assert_ne!(ada.id, bo.id);
+    ada.sees(SETTLE, &["Ada", "Bo"]).await;
+    bo.sees(SETTLE, &["Ada", "Bo"]).await;
+    for node in [&a, &b] {
+        welcome_lists(node, "split", &["Ada", "Bo"], SETTLE).await;
+        assert_eq!(
+            node.metric("amble_cluster_id_conflicts_total").await,
+            Some(0.0)
+        );
+    }
+}
+
+/// Issue #15, finding 3: an explicit --node-slot held by a live node was
+/// used as given. Now the second process refuses to start, naming the flag
+/// and the node that holds the slot.
+#[tokio::test]
+async fn an_explicit_node_slot_held_by_a_live_node_refuses_the_start() {
+    let nats = Nats::start().await;
+    let n1 = Node::start(&nats, 1, &[]).await;
+    n1.joined().await;
+    let url = nats.url();
+    let (status, log) = Node::refused(
+        "other (slot 1)",
+        &["--nats", &url, "--node-name", "other", "--node-slot", "1"],
+    )
+    .await;
+    assert!(!status.success(), "{status}: {log}");
+    assert!(
+        log.contains("--node-slot 1: live node n1 holds this slot"),
+        "{log}"
+    );
+    has_peers(&n1, 0).await;
+}
+
+/// Issue #15, finding 4: a second process under a live node's name took
+/// its place at every peer. Now it refuses to start, and the live node
+/// says so (counted, logged, on /healthz).
+#[tokio::test]
+async fn a_second_process_under_a_live_nodes_name_is_refused() {
+    let nats = Nats::start().await;
+    let n1 = Node::start(&nats, 1, &[]).await;
+    n1.joined().await;
+    let url = nats.url();
+    let (status, log) = Node::refused(
+        "n1 again",
+        &["--nats", &url, "--node-name", "n1", "--node-slot", "5"],
+    )
+    .await;
+    assert!(!status.success(), "{status}: {log}");
+    assert!(
+        log.contains("--node-name n1: a live node already runs under this name"),
+        "{log}"
+    );
+    metric_is(&n1, "amble_cluster_name_clashes_total", 1.0).await;
+    let (_, lines) = n1.healthz().await;
+    assert_eq!(
+        lines.get(1).map(String::as_str),
+        Some("cluster n1: connected, 0 peers; NAME CLASH: another process runs as n1")
+    );
+    assert_eq!(
+        n1.log()
+            .matching("ERROR")
+            .iter()
+            .filter(|l| l.contains("another process runs under this node's name"))
+            .count(),
+        1
+    );
+}
+
+/// Issue #15, finding 4: one heartbeat from any NATS client, with a live
+/// node's name and another epoch, made every peer retire that node for
+/// good while it kept serving its clients. Now the peer ignores the forger
+/// (it never claimed a slot) while the real node talks: the real node's
+/// members never leave, and both sides count the clash.
+#[tokio::test]
+async fn a_forged_heartbeat_does_not_evict_a_live_node() {
+    use amble::cluster::wire::{cpb, encode_heartbeat};
+    let c = Cluster::start(2).await;
+    let mut ada = Person::join(c.n(1), "forged", "Ada").await;
+    let mut bo = Person::join(c.n(2), "forged", "Bo").await;
+    ada.sees(SETTLE, &["Ada", "Bo"]).await;
+    bo.sees(SETTLE, &["Ada", "Bo"]).await;
+
+    let forged = encode_heartbeat(
+        &cpb::Origin {
+            node: "n1".into(),
+            epoch: 0x00f0_0d00,
+            slot: 1,
+            slots: SLOTS,
+        },
+        cpb::Heartbeat::default(),
+    );
+    c.nats.publish("amble.v2.hb.all", &forged).await;
+
+    // The forger never claimed a slot, so it is no restart of n1: n2
+    // ignores it while n1 talks, and reports the clash at n1's next beat.
+    metric_is(c.n(2), "amble_cluster_name_clashes_total", 1.0).await;
+    metric_is(c.n(1), "amble_cluster_name_clashes_total", 1.0).await;
+    bo.ping().await;
+    assert!(
+        !bo.about(ada.id).iter().any(|s| matches!(s, Seen::Left(..))),
+        "Ada never left n2's view: {:?}",
+        bo.about(ada.id)
+    );
+    assert_eq!(bo.names(), ["Ada", "Bo"]);
+    welcome_lists(c.n(2), "forged", &["Ada", "Bo"], SETTLE).await;
+    welcome_lists(c.n(1), "forged", &["Ada", "Bo"], SETTLE).await;
+    // The real n1 still talks to n2: a chat gets through.
+    ada.say("still n1").await;
+    bo.sees_chat(ada.id, "still n1").await;
+    for i in 1..=2 {
+        assert_eq!(
+            c.n(i)
+                .log()
+                .matching("ERROR")
+                .iter()
+                .filter(|l| l.contains("n1") && l.contains("name"))
+                .count(),
+            1,
+            "n{i}"
+        );
     }
 }

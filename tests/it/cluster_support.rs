@@ -185,6 +185,18 @@ impl Log {
         }
     }
 
+    /// Waits until the stream has ended (the process closed its stderr).
+    pub async fn ended(&self, limit: Duration) {
+        let mut grew = self.0.grew.subscribe();
+        bounded(
+            limit,
+            &format!("the end of {}'s stderr", self.0.label),
+            grew.wait_for(|(_, ended)| *ended),
+        )
+        .await
+        .expect("the log's sender lives with the log");
+    }
+
     /// The whole log as one string, for failure messages.
     pub fn text(&self) -> String {
         let lines = self.0.lines.lock().expect("log lock");
@@ -500,6 +512,57 @@ impl Node {
         ];
         args.extend(extra.iter().map(|a| (*a).to_owned()));
         Self::start_with(name.to_owned(), slot, args).await
+    }
+
+    /// Starts `amble --nats URL --node-name NAME` plus `extra`, without
+    /// `--node-slot` (the slot is claimed), and waits until it joined the
+    /// cluster: `slot` is the slot it claimed.
+    pub async fn start_unslotted(nats: &Nats, name: &str, extra: &[&str]) -> Self {
+        let mut args: Vec<String> = vec![
+            "--nats".into(),
+            nats.url(),
+            "--node-name".into(),
+            name.to_owned(),
+        ];
+        args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let mut node = Self::start_with(name.to_owned(), u32::MAX, args).await;
+        node.slot = node.joined().await;
+        node
+    }
+
+    /// Waits for this run's `joined cluster ... (slot S of N)` line: S.
+    pub async fn joined(&self) -> u32 {
+        self.log()
+            .wait_for(START, "the joined-cluster line", |line| {
+                line.split_once("joined cluster")?
+                    .1
+                    .split_once("(slot ")?
+                    .1
+                    .split_whitespace()
+                    .next()?
+                    .parse()
+                    .ok()
+            })
+            .await
+    }
+
+    /// Runs `amble --listen 127.0.0.1:0` with `args`, which must make it
+    /// exit: its exit status and its log.
+    pub async fn refused(label: &str, args: &[&str]) -> (ExitStatus, String) {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_amble"));
+        for (key, _) in std::env::vars_os() {
+            if key.to_string_lossy().starts_with("AMBLE_") {
+                command.env_remove(key);
+            }
+        }
+        command
+            .env("RUST_LOG", "info,amble::cluster=debug")
+            .args(["--listen", "127.0.0.1:0"])
+            .args(args);
+        let mut proc = Proc::spawn(&mut command, format!("amble {label}")).expect("spawn amble");
+        let status = proc.exited(START, &format!("{label} to exit")).await;
+        proc.log.ended(START).await;
+        (status, proc.log.text())
     }
 
     /// Starts amble without `--nats`: a single process, as before clusters.

@@ -32,6 +32,27 @@ pub enum StartError {
     /// A NATS URL is not valid.
     #[error("--nats: {0}")]
     Url(String),
+    /// A live node answered the slot claim under this node's name.
+    #[error(
+        "--node-name {node}: a live node already runs under this name (it answered this \
+         process's start-up claim); stop it first, or give this process another --node-name"
+    )]
+    NameTaken { node: String },
+    /// The explicit `--node-slot` is held by a live node.
+    #[error(
+        "--node-slot {slot}: live node {holder} holds this slot; give this node a free \
+         --node-slot, or leave --node-slot out to claim a free one"
+    )]
+    SlotTaken { slot: u32, holder: String },
+    /// Every slot is held by a live node.
+    #[error(
+        "no free slot: the {live} live nodes that answered hold all --cluster-slots {slots}; \
+         raise --cluster-slots on every node"
+    )]
+    NoFreeSlot { slots: u32, live: usize },
+    /// NATS failed during the claim.
+    #[error("cannot claim a slot through NATS: {0}")]
+    Claim(String),
 }
 
 /// Reconnect delays: 50 ms doubling to at most 1 s, so a node is back

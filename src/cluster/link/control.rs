@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
+use async_nats::Subscriber;
 use futures_util::StreamExt as _;
-use tracing::{debug, error, info};
+use tracing::{debug, error, info, warn};
 
 use super::heartbeat::{observe, to_rooms};
 use super::outbound::{received, send_within};
 use super::repair::full_soon;
-use crate::cluster::wire;
+use crate::cluster::wire::{self, cpb};
 use crate::cluster::{Cluster, Inbound, lock};
 
 #[derive(Clone, Copy)]
@@ -162,4 +163,49 @@ async fn on_counts_request(cluster: &Cluster, msg: &async_nats::Message) {
         wire::encode_room_counts(&cluster.me_pb, counts),
     )
     .await;
+}
+
+/// Answers the slot claims of nodes starting later (`P.v2.q.nodes`, on
+/// the subscription the claim of this node opened) with this node's
+/// origin. A claim under this node's own name is a name clash (counted,
+/// logged, on `/healthz`); one that cannot find a free slot is counted in
+/// `amble_cluster_slots_exhausted_total` (the claimer refuses to start).
+pub(super) async fn answer_claims(cluster: Arc<Cluster>, mut sub: Subscriber) {
+    while let Some(msg) = sub.next().await {
+        received(&cluster, msg.payload.len());
+        let beat = match wire::decode_heartbeat(&msg.payload, cluster.me.slots) {
+            Ok(beat) if beat.claiming => beat,
+            Ok(_) => {
+                cluster.metrics.cluster_bad_messages.inc();
+                continue;
+            }
+            Err(err) => {
+                bad(&cluster, &err);
+                continue;
+            }
+        };
+        let from = &beat.origin;
+        if from.node == cluster.me.node {
+            // Not a peer: the directory counts it as a clash of our name.
+            observe(&cluster, from);
+        } else {
+            let held = {
+                let mut directory = lock(&cluster.directory);
+                // A new epoch of a known node: its restart, now announced.
+                directory.announce(from);
+                directory.held_slots(&from.node)
+            };
+            if held.len() >= cluster.me.slots as usize {
+                cluster.metrics.cluster_slots_exhausted.inc();
+                warn!(
+                    node = %from.node,
+                    slots = cluster.me.slots,
+                    "cluster: a node asked for a slot and every slot is held: raise --cluster-slots on every node"
+                );
+            }
+        }
+        let Some(reply) = msg.reply else { continue };
+        let answer = wire::encode_heartbeat(&cluster.me_pb, cpb::Heartbeat::default());
+        send_within(&cluster, cluster.settings.snapshot_timeout, reply, answer).await;
+    }
 }

@@ -24,6 +24,7 @@ pub(super) async fn heartbeat(cluster: &Cluster, server_time_ms: u64, bye: bool)
             rooms: u32::try_from(cluster.metrics.rooms.get()).unwrap_or(0),
             members: u32::try_from(cluster.metrics.members.get()).unwrap_or(0),
             bye,
+            claiming: false,
         },
     );
     let limit = cluster.settings.heartbeat / 2;
@@ -90,7 +91,48 @@ pub(in crate::cluster) fn observe(cluster: &Cluster, from: &Origin) -> bool {
         }
     };
     match seen {
-        Seen::Stale => return false,
+        Seen::Stale | Seen::Clashing => return false,
+        Seen::OwnName { first } => {
+            if first {
+                cluster.metrics.cluster_name_clashes.inc();
+                error!(
+                    %node,
+                    epoch = from.epoch,
+                    "cluster: another process runs under this node's name (or forges it); \
+                     its messages are ignored: give every node its own --node-name, and \
+                     restrict who may publish on the cluster's subjects (docs/cluster.md)"
+                );
+            }
+            return false;
+        }
+        Seen::Clash { newcomer } => {
+            cluster.metrics.cluster_name_clashes.inc();
+            error!(
+                %node,
+                epoch = from.epoch,
+                newcomer,
+                "cluster: another process (or a forger) uses this node name without having \
+                 claimed it; it is ignored while this node is alive"
+            );
+        }
+        Seen::NameClash {
+            reinstated,
+            dropped,
+        } => {
+            cluster.metrics.cluster_name_clashes.inc();
+            error!(
+                %node,
+                reinstated,
+                dropped,
+                "cluster: two live processes use this node name; keeping the one heard first \
+                 and ignoring the other while the first is alive"
+            );
+            cluster.count_peers();
+            to_rooms(cluster, Inbound::DropNode(Arc::clone(node), dropped));
+            if let Some(rooms) = cluster.room_side() {
+                ask_fulls(cluster, node, &rooms.open_rooms());
+            }
+        }
         Seen::Known => {}
         Seen::New { slot_clash } => {
             info!(%node, slot = from.slot, "cluster: node joined");

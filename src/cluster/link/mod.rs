@@ -17,6 +17,7 @@
 //! - `subscribe`: one subscription per open room.
 //! - `repair`: full states, paced, and requests for the peers' ones.
 
+mod claim;
 mod connection;
 mod control;
 mod heartbeat;
@@ -29,7 +30,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::clock::Clock;
 use crate::cluster::directory::Directory;
@@ -40,7 +41,7 @@ use crate::metrics::Metrics;
 use crate::protocol::Rules;
 pub use connection::StartError;
 use connection::{events, options};
-use control::{Control, control};
+use control::{Control, answer_claims, control};
 use heartbeat::heartbeats;
 pub(super) use heartbeat::observe;
 pub(super) use outbound::gather;
@@ -63,7 +64,7 @@ pub async fn start(
 /// [`start`], and whether the link is connected to NATS, as it changes
 /// (set after the flag `/healthz` reads).
 async fn launch(
-    settings: ClusterSettings,
+    mut settings: ClusterSettings,
     metrics: Arc<Metrics>,
     rules: Rules,
     clock: Clock,
@@ -75,7 +76,7 @@ async fn launch(
             break e;
         }
     };
-    let me = Origin {
+    let mut me = Origin {
         node: Arc::from(settings.node.as_str()),
         epoch,
         slot: settings.slot,
@@ -125,6 +126,23 @@ async fn launch(
         .map_err(|_| StartError::Thread(std::io::Error::other("the NATS thread ended")))?
         .map_err(StartError::Thread)?;
 
+    let subjects = Subjects::new(&settings.prefix);
+    let claimed = claim::claim(&client, &subjects, &settings, &me).await;
+    if claimed.is_err() {
+        // The NATS thread ends, and the client with it.
+        stop.cancel();
+    }
+    let (slot, claims) = claimed?;
+    if slot != settings.slot {
+        warn!(
+            wanted = settings.slot,
+            slot,
+            "cluster: the slot derived from the node name is held by a live node; took the lowest free one"
+        );
+    }
+    settings.slot = slot;
+    me.slot = slot;
+
     metrics.enable_cluster();
     let (out_tx, out_rx) = mpsc::channel(settings.queue);
     // Room updates are applied by several tasks, each room always by the
@@ -132,10 +150,10 @@ async fn launch(
     let shards = std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 16));
     let per_shard = (settings.queue / shards).max(256);
     let (in_txs, in_rxs): (Vec<_>, Vec<_>) = (0..shards).map(|_| mpsc::channel(per_shard)).unzip();
-    let directory = Directory::new(me.clone(), settings.node_timeout);
+    let directory = Directory::new(me.clone(), settings.node_timeout, settings.heartbeat);
     let drops = Arc::new(ControlQueue::new(settings.queue));
     let cluster = Arc::new(Cluster {
-        subjects: Subjects::new(&settings.prefix),
+        subjects,
         me_pb: me.to_pb(),
         me,
         rules,
@@ -183,6 +201,7 @@ async fn launch(
     ] {
         link.spawn(until_stopped(stop(), control(Arc::clone(c), kind)));
     }
+    link.spawn(until_stopped(stop(), answer_claims(Arc::clone(c), claims)));
     let s = &cluster.settings;
     info!(
         "joined cluster via {}: node {} (slot {} of {}), prefix {}",

@@ -552,3 +552,32 @@ async fn a_slow_room_does_not_hold_up_the_rooms_of_another_shard() {
     );
     drop(rooms);
 }
+
+/// `/healthz` names every clash the directory knows of, after the
+/// connection's state, and each name clash is counted once: another
+/// process under this node's name, a peer's name used by two processes (a
+/// newcomer that never claimed, then the incumbent), a peer on this slot.
+#[tokio::test]
+async fn healthz_names_every_clash_and_each_name_clash_is_counted_once() {
+    let metrics = Arc::new(Metrics::default());
+    let (c, _out) = Cluster::detached(Cluster::test_settings("me", 1), Arc::clone(&metrics));
+    assert_eq!(c.health_line(), "cluster me: connected, 0 peers");
+    assert!(
+        super::observe(&c, &origin("n2", 5, 1)),
+        "a peer on our slot"
+    );
+    assert!(super::observe(&c, &origin("n3", 7, 3)));
+    for _ in 0..3 {
+        assert!(!super::observe(&c, &origin("me", 9, 4)), "our name");
+        assert!(!super::observe(&c, &origin("n3", 8, 3)), "never claimed");
+    }
+    assert!(super::observe(&c, &origin("n3", 7, 3)), "the incumbent");
+    assert!(super::observe(&c, &origin("n3", 7, 3)));
+    assert_eq!(metrics.cluster_name_clashes.get(), 2);
+    assert_eq!(metrics.cluster_id_conflicts.get(), 1);
+    assert_eq!(
+        c.health_line(),
+        "cluster me: connected, 2 peers; NAME CLASH: another process runs as me; \
+         NAME CLASH: two processes run as n3; SLOT CLASH: slot 1 is also held by n2"
+    );
+}

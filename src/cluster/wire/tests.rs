@@ -285,6 +285,7 @@ fn a_message_of_another_type_is_refused() {
         rooms: 1,
         members: 3,
         bye: false,
+        claiming: false,
     }
     .encode_to_vec();
     assert!(decode_update(&bare_beat, 16, &rules()).is_err());
