@@ -85,22 +85,6 @@ impl Cluster {
     }
 }
 
-/// Waits until `series` in `node`'s `/metrics` reads `want` (figures that
-/// follow another node's messages settle a moment after a client sees them).
-async fn metric_is(node: &Node, series: &str, want: f64) {
-    poll(
-        SETTLE,
-        &format!("{} {series} to be {want}", node.name),
-        || async {
-            match node.metric(series).await {
-                Some(v) if v == want => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await;
-}
-
 /// Waits until the second line of `node`'s `/healthz` reads `want`.
 async fn healthz_says(node: &Node, want: &str) {
     poll(
@@ -135,11 +119,6 @@ async fn metric_is_at_least(node: &Node, series: &str, want: f64) {
         },
     )
     .await;
-}
-
-/// Waits until `node` counts `n` peers.
-async fn has_peers(node: &Node, n: usize) {
-    metric_is(node, "amble_cluster_peers", n as f64).await;
 }
 
 // ------------------------------------------------------------------- people

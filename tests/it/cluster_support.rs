@@ -70,6 +70,27 @@ where
     }
 }
 
+/// Waits until `series` in `node`'s `/metrics` reads `want` (figures that
+/// follow another node's messages settle a moment after a client sees them).
+pub async fn metric_is(node: &Node, series: &str, want: f64) {
+    poll(
+        SETTLE,
+        &format!("{} {series} to be {want}", node.name),
+        || async {
+            match node.metric(series).await {
+                Some(v) if v == want => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until `node` counts `n` peers.
+pub async fn has_peers(node: &Node, n: usize) {
+    metric_is(node, "amble_cluster_peers", n as f64).await;
+}
+
 // ---------------------------------------------------------------------- logs
 
 /// The stderr of one process, line by line, as it arrives.

@@ -4,6 +4,7 @@
 mod auth;
 mod bad_input;
 mod binary;
+mod chaos;
 mod client_input;
 mod cluster;
 mod cluster_support;
