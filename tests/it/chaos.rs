@@ -12,7 +12,8 @@
 //!    away);
 //! 6. a node stalled 100 to 300 ms once a second for four seconds, under
 //!    moves and chat;
-//! 7. garbage and forged messages on the cluster's subjects.
+//! 7. garbage and forged messages on the cluster's subjects, among them a
+//!    heartbeat under a live node's name with another epoch.
 //!
 //! After each (and after each round of joins, leaves, moves and chat), every
 //! connected client's view of its room (ids and names, from `Welcome`,
@@ -774,6 +775,13 @@ fn forgeries(rng: &mut fastrand::Rng) -> Vec<(String, Vec<u8>)> {
             forged_update(&mallory, 1, member(9, "Snap")),
         ));
     }
+    // A heartbeat under a live node's name with another epoch, never
+    // announced by a slot claim (finding 4): it must not retire n2.
+    let impostor = origin(&node_name(2), 0x1234_5678, 2, 16);
+    out.push((
+        "amble.v2.hb.all".into(),
+        wire::encode_heartbeat(&impostor, cpb::Heartbeat::default()).to_vec(),
+    ));
     // A room update where heartbeats belong; a sync request that names
     // every room (each node then publishes its full states again).
     out.push((
