@@ -88,6 +88,7 @@ pub struct Metrics {
     pub forwarded_malformed: Counter,
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub metrics_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
+    pub cors_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
 
     // ---- Client input budgets ----
     pub pings_over_budget: Counter,
@@ -151,6 +152,14 @@ impl Metrics {
             reason: reason.to_owned(),
         };
         self.metrics_refused.get_or_create(&labels).inc();
+    }
+
+    /// Counts one refused cross-origin preflight under its reason.
+    pub fn refuse_cors(&self, reason: &str) {
+        let labels = RejectLabels {
+            reason: reason.to_owned(),
+        };
+        self.cors_refused.get_or_create(&labels).inc();
     }
 
     /// How many inputs were refused with `code` (for tests).
@@ -365,6 +374,11 @@ impl Metrics {
                 "metrics_refused",
                 "Requests for /metrics refused for a missing or wrong bearer token, by reason",
                 self.metrics_refused.clone(),
+            );
+            r.register(
+                "cors_refused",
+                "Cross-origin preflights refused, by reason (origin: a page --allowed-origins does not admit; method: other than GET and HEAD)",
+                self.cors_refused.clone(),
             );
 
             // ---- Client input budgets ----

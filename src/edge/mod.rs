@@ -3,11 +3,13 @@
 //! routes ([`routes`]), the upgrade ([`upgrade`]) and what is refused at the
 //! door: a bad opening handshake ([`handshake`]), a foreign page
 //! ([`origin`]), a scraper without the token ([`metrics_token`]). [`web`]
-//! serves the browser client embedded from `web/`.
+//! serves the browser client embedded from `web/`, readable from other
+//! origins ([`cors`]).
 //!
 //! The edge hands an upgraded socket to [`session`](crate::session) and
 //! keeps nothing of it.
 
+mod cors;
 pub mod handshake;
 pub mod http;
 pub mod listener;

@@ -1,17 +1,19 @@
 //! The HTTP routes: `/ws` upgrades to a WebSocket (see [`upgrade`]);
 //! `/healthz`, `/api/rooms` and `/metrics` are read-only views; everything
-//! else is the browser client embedded from `web/`.
+//! else is the browser client embedded from `web/`. The client's files and
+//! `/api/rooms` may be read from other origins ([`cors`]).
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
 
 use crate::server::shared::Shared;
 
+use super::cors::{self, Readers};
 use super::upgrade::upgrade;
 use super::web;
 
@@ -19,9 +21,9 @@ pub fn router(shared: Arc<Shared>) -> Router {
     Router::new()
         .route("/ws", any(upgrade))
         .route("/healthz", get(healthz))
-        .route("/api/rooms", get(rooms))
+        .route("/api/rooms", get(rooms).options(rooms_preflight))
         .route("/metrics", get(metrics))
-        .fallback(get(web::asset))
+        .fallback(any(client))
         .with_state(shared)
 }
 
@@ -41,7 +43,49 @@ async fn healthz(State(shared): State<Arc<Shared>>) -> String {
 
 /// Rooms with their member counts: this node's, or in cluster mode every
 /// node's (gathered over NATS, cached for a second).
-async fn rooms(State(shared): State<Arc<Shared>>) -> axum::Json<RoomList> {
+async fn rooms(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    let cors = cors::allow(
+        Readers::AllowedOrigins,
+        &headers,
+        &shared.config.edge.allowed_origins,
+    );
+    let mut response = room_list(&shared).await.into_response();
+    response.headers_mut().extend(cors);
+    response
+}
+
+async fn rooms_preflight(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Response {
+    cors::preflight(
+        Readers::AllowedOrigins,
+        &headers,
+        &shared.config.edge.allowed_origins,
+        &shared.metrics,
+    )
+}
+
+/// The embedded client's files, readable from any page; a preflight for
+/// them; 405 for any other method.
+async fn client(
+    State(shared): State<Arc<Shared>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let allowed = &shared.config.edge.allowed_origins;
+    match method {
+        Method::GET | Method::HEAD => {
+            let mut response = web::asset(uri).await;
+            response
+                .headers_mut()
+                .extend(cors::allow(Readers::Anyone, &headers, allowed));
+            response
+        }
+        Method::OPTIONS => cors::preflight(Readers::Anyone, &headers, allowed, &shared.metrics),
+        _ => cors::method_not_allowed(),
+    }
+}
+
+async fn room_list(shared: &Shared) -> axum::Json<RoomList> {
     let rooms = match shared.cluster.get() {
         Some(cluster) => cluster
             .room_counts()

@@ -8,6 +8,7 @@
 
 mod cluster;
 mod demo;
+mod origin;
 mod ux;
 // Not every helper is used by every group of scenarios (the crowd example
 // shares this file too).

@@ -395,3 +395,82 @@ impl Remote {
             .map_or(0.0, |v| v.trim().parse().expect("a number"))
     }
 }
+
+/// Issue #19: the client's files are readable from any page, `/api/rooms`
+/// from the pages that may connect (`--allowed-origins`), with preflights
+/// answered; another page gets no CORS header, and its preflight a 403
+/// with a JSON error.
+#[tokio::test]
+async fn other_origins_may_read_the_sdk_and_allowed_ones_the_room_list() {
+    let server = TestServer::start().await;
+    let request = |method: &str, path: &str, origin: &str, extra: &str| {
+        format!(
+            "{method} {path} HTTP/1.1\r\nhost: {}\r\norigin: {origin}\r\n{extra}connection: close\r\n\r\n",
+            server.addr
+        )
+    };
+    let sdk = exchange(
+        &server,
+        request("GET", "/amble.js", "https://evil.example", "").as_bytes(),
+    )
+    .await;
+    assert!(sdk.starts_with("HTTP/1.1 200"), "{sdk:.200}");
+    assert!(
+        sdk.contains("access-control-allow-origin: *\r\n"),
+        "{sdk:.300}"
+    );
+
+    let ask = "access-control-request-method: GET\r\n";
+    let preflight = exchange(
+        &server,
+        request("OPTIONS", "/codec.js", "https://evil.example", ask).as_bytes(),
+    )
+    .await;
+    assert!(preflight.starts_with("HTTP/1.1 204"), "{preflight}");
+    assert!(
+        preflight.contains("access-control-allow-methods: GET, HEAD, OPTIONS\r\n"),
+        "{preflight}"
+    );
+
+    let page = "http://localhost:5173"; // the default --allowed-origins
+    let rooms = exchange(&server, request("GET", "/api/rooms", page, "").as_bytes()).await;
+    assert!(
+        rooms.contains(&format!("access-control-allow-origin: {page}\r\n")),
+        "{rooms}"
+    );
+    assert!(rooms.contains("vary: Origin\r\n"), "{rooms}");
+    let evil = exchange(
+        &server,
+        request("GET", "/api/rooms", "https://evil.example", "").as_bytes(),
+    )
+    .await;
+    assert!(evil.starts_with("HTTP/1.1 200"), "{evil}");
+    assert!(!evil.contains("access-control-allow-origin"), "{evil}");
+
+    let refused = exchange(
+        &server,
+        request("OPTIONS", "/api/rooms", "https://evil.example", ask).as_bytes(),
+    )
+    .await;
+    assert!(refused.starts_with("HTTP/1.1 403"), "{refused}");
+    assert!(
+        refused.contains(r#"{"error":{"code":"origin_not_allowed""#),
+        "{refused}"
+    );
+    let allowed = exchange(
+        &server,
+        request("OPTIONS", "/api/rooms", page, ask).as_bytes(),
+    )
+    .await;
+    assert!(allowed.starts_with("HTTP/1.1 204"), "{allowed}");
+
+    let post = exchange(
+        &server,
+        request("POST", "/amble.js", page, "content-length: 0\r\n").as_bytes(),
+    )
+    .await;
+    assert!(post.starts_with("HTTP/1.1 405"), "{post}");
+    assert!(post.contains("allow: GET, HEAD, OPTIONS\r\n"), "{post}");
+    assert!(post.contains(r#""code":"method_not_allowed""#), "{post}");
+    server.stop().await;
+}

@@ -1,0 +1,123 @@
+//! The SDK in an app's own page (issue #19): a page served from another
+//! origin (another port of 127.0.0.1) imports `/amble.js` from amble, reads
+//! `/api/rooms`, and joins a room through the SDK. Without CORS headers on
+//! the client's files Chromium refuses the import ("blocked by CORS
+//! policy").
+
+use std::time::Duration;
+
+use amble::config::Config;
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpListener;
+
+use crate::driver::{Browser, Server, Viewport, within};
+
+/// The app's page: imports the SDK from `amble` (an `http://host:port`
+/// origin), reads the room list, joins `room` as `name`.
+fn app_page(amble: &str, room: &str, name: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<meta charset="utf-8">
+<title>an app's own page</title>
+<script type="module">
+  window.appLog = [];
+  try {{
+    const {{ AmbleClient }} = await import('{amble}/amble.js');
+    const rooms = await (await fetch('{amble}/api/rooms')).json();
+    window.appRooms = rooms.rooms;
+    const client = new AmbleClient({{ url: '{ws}/ws' }});
+    client.on('welcome', ({{ me, members }}) => {{
+      window.appWelcome = {{ me: me.name, members: [...members.values()].map((m) => m.name) }};
+    }});
+    client.on('error', ({{ text }}) => window.appLog.push(text));
+    client.join('{room}', '{name}');
+  }} catch (err) {{
+    window.appLog.push(String(err));
+  }}
+</script>"#,
+        ws = amble.replacen("http", "ws", 1),
+    )
+}
+
+/// Serves `page` at every path on 127.0.0.1:0, until dropped: the app's
+/// own origin.
+async fn app_origin(page: String) -> (String, tokio::task::JoinHandle<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((mut tcp, _)) = listener.accept().await else {
+                return;
+            };
+            let page = page.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16_384 {
+                    match tcp.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{page}",
+                    page.len()
+                );
+                let _ = tcp.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    (format!("http://{addr}"), task)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_on_another_origin_imports_the_sdk_and_joins() {
+    let browser = Browser::start("a_page_on_another_origin_imports_the_sdk_and_joins").await;
+    within(Duration::from_secs(120), "the whole test", async {
+        let server = Server::with(Config::default()).await;
+        let amble = format!("http://{}", server.addr);
+        // Someone is in the room already, so the room list has it.
+        let host = browser.open("host", Viewport::DESKTOP).await;
+        host.goto(&server.url("/")).await;
+        host.fill("#name", "Host").await;
+        host.fill("#room", "xorigin").await;
+        host.click("#join").await;
+        host.wait_for(
+            "the host in the room",
+            "() => window.ambleDemo.state() === 'joined'",
+            &[],
+        )
+        .await;
+
+        let (app, app_task) = app_origin(app_page(&amble, "xorigin", "Ada")).await;
+        assert_ne!(app, amble, "two origins");
+        let page = browser.open("app", Viewport::DESKTOP).await;
+        page.goto(&format!("{app}/")).await;
+        let welcome = page
+            .wait_for(
+                "the SDK's welcome on the app's page",
+                "() => window.appWelcome || (window.appLog && window.appLog.length ? { log: window.appLog } : null)",
+                &[],
+            )
+            .await;
+        let mut members: Vec<String> = serde_json::from_value(welcome["members"].clone())
+            .unwrap_or_else(|_| panic!("no welcome: {welcome}"));
+        members.sort();
+        assert_eq!(welcome["me"], json!("Ada"), "{welcome}");
+        assert_eq!(members, ["Ada", "Host"], "{welcome}");
+        let rooms: Value = page.eval("() => window.appRooms", &[]).await;
+        let xorigin = rooms
+            .as_array()
+            .and_then(|r| r.iter().find(|r| r["name"] == "xorigin"))
+            .unwrap_or_else(|| panic!("no xorigin in {rooms}"));
+        assert!(xorigin["members"].as_u64() >= Some(1), "{rooms}");
+        page.screenshot("joined-from-another-origin").await;
+        let errors = page.close().await;
+        assert!(errors.is_empty(), "console errors: {errors:?}");
+        host.close().await;
+        app_task.abort();
+    })
+    .await;
+}
