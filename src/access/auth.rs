@@ -47,9 +47,71 @@ pub struct AuthConfig {
         value_name = "PATH"
     )]
     pub auth_public_key_file: Option<std::path::PathBuf>,
+
+    /// Audiences a token may be for (its `aud`), comma-separated. When set,
+    /// a token must name one of them, as an identity provider's tokens do.
+    /// Without it, a token that names any audience is refused.
+    #[arg(
+        long,
+        display_order = 60,
+        env = "AMBLE_AUTH_AUDIENCE",
+        value_delimiter = ',',
+        value_name = "AUD"
+    )]
+    pub auth_audience: Vec<String>,
+
+    /// Issuers a token may come from (its `iss`), comma-separated. When
+    /// set, a token must carry one of them; without it, `iss` is not read.
+    #[arg(
+        long,
+        display_order = 61,
+        env = "AMBLE_AUTH_ISSUER",
+        value_delimiter = ',',
+        value_name = "ISS"
+    )]
+    pub auth_issuer: Vec<String>,
+
+    /// Clock skew tolerated on a token's `exp` and `nbf`, seconds (at most
+    /// 600).
+    #[arg(long, display_order = 62, env = "AMBLE_AUTH_LEEWAY_SECS",
+          default_value_t = LEEWAY_SECS, value_parser = clap::value_parser!(u64).range(0..=600))]
+    pub auth_leeway_secs: u64,
 }
 
-/// Clock skew tolerated on `exp` (and `nbf`, when a token has one), seconds.
+/// What a token's registered claims must say, besides its signature and
+/// expiry: from `--auth-audience`, `--auth-issuer`, `--auth-leeway-secs`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TokenRules {
+    /// Accepted `aud` values; empty: a token must name none.
+    pub audiences: Vec<String>,
+    /// Accepted `iss` values; empty: `iss` is not read.
+    pub issuers: Vec<String>,
+    /// Clock skew tolerated on `exp` and `nbf`, seconds.
+    pub leeway_secs: u64,
+}
+
+impl Default for TokenRules {
+    fn default() -> Self {
+        Self {
+            audiences: Vec::new(),
+            issuers: Vec::new(),
+            leeway_secs: LEEWAY_SECS,
+        }
+    }
+}
+
+impl TokenRules {
+    fn from_config(config: &AuthConfig) -> Self {
+        Self {
+            audiences: config.auth_audience.clone(),
+            issuers: config.auth_issuer.clone(),
+            leeway_secs: config.auth_leeway_secs,
+        }
+    }
+}
+
+/// Clock skew tolerated on `exp` (and `nbf`, when a token has one), seconds,
+/// unless `--auth-leeway-secs` says otherwise.
 pub const LEEWAY_SECS: u64 = 30;
 
 /// The shortest HS256 secret accepted, bytes (RFC 7518 section 3.2: at
@@ -60,7 +122,8 @@ pub const MIN_SECRET_BYTES: usize = 32;
 pub const MAX_SUB_BYTES: usize = 256;
 
 /// The claims amble reads. Others (`iat`, `jti`, ...) are ignored; `aud`
-/// is refused, since amble has no audience of its own to match it with.
+/// and `iss` are checked against `--auth-audience` and `--auth-issuer`
+/// ([`TokenRules`]).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Claims {
     /// The app's user id: one user is one avatar per room.
@@ -130,9 +193,14 @@ pub enum Refusal {
     /// `nbf` is still ahead (beyond the leeway).
     #[error("the token is not valid yet (nbf)")]
     NotYetValid,
-    /// The token names an audience (`aud`); amble accepts none.
-    #[error("the token is for an audience (aud): amble accepts tokens without one")]
+    /// The token's audience (`aud`) is not one of `--auth-audience` (or
+    /// it names one and the server accepts none).
+    #[error("the token is for an audience (aud) this server does not accept (--auth-audience)")]
     Audience,
+    /// The token's issuer (`iss`) is not one of `--auth-issuer`, or it has
+    /// none.
+    #[error("the token is from an issuer (iss) this server does not accept (--auth-issuer)")]
+    Issuer,
     /// The token's `rooms` do not include this room.
     #[error("the token does not allow room {room}")]
     Forbidden { room: String },
@@ -157,6 +225,7 @@ impl Refusal {
             Self::Expired => "expired",
             Self::NotYetValid => "not_yet_valid",
             Self::Audience => "audience",
+            Self::Issuer => "issuer",
             Self::Forbidden { .. } => "forbidden",
         }
     }
@@ -184,6 +253,10 @@ pub enum SetupError {
         path: PathBuf,
         len: usize,
     },
+    /// A token rule (`--auth-audience`, `--auth-issuer`) without a key to
+    /// check tokens with.
+    #[error("{flag} needs {SECRET_FLAG} or {PUBLIC_KEY_FLAG}: without a key no token is read")]
+    NoKey { flag: &'static str },
     /// The key file is not a public key amble can use.
     #[error("{flag} {}: {why}", path.display())]
     Key {
@@ -269,11 +342,27 @@ impl std::fmt::Debug for Verifier {
 }
 
 impl Verifier {
-    /// A verifier for `key`, accepting `alg` and nothing else.
+    /// A verifier for `key`, accepting `alg` and nothing else, with the
+    /// default rules (no audience, any issuer, 30 s of leeway).
     pub fn new(key: DecodingKey, alg: Algorithm) -> Self {
+        Self::with_rules(key, alg, &TokenRules::default())
+    }
+
+    /// A verifier for `key`, accepting `alg` and nothing else, and tokens
+    /// whose `aud` and `iss` follow `rules`.
+    pub fn with_rules(key: DecodingKey, alg: Algorithm, rules: &TokenRules) -> Self {
         let mut validation = Validation::new(alg);
-        validation.set_required_spec_claims(&["exp", "sub"]);
-        validation.leeway = LEEWAY_SECS;
+        let mut required = vec!["exp", "sub"];
+        if !rules.audiences.is_empty() {
+            validation.set_audience(&rules.audiences);
+            required.push("aud");
+        }
+        if !rules.issuers.is_empty() {
+            validation.set_issuer(&rules.issuers);
+            required.push("iss");
+        }
+        validation.set_required_spec_claims(&required);
+        validation.leeway = rules.leeway_secs;
         validation.validate_exp = true;
         validation.validate_nbf = true;
         validation.validate_aud = true;
@@ -321,6 +410,9 @@ impl Verifier {
             ErrorKind::ExpiredSignature => Refusal::Expired,
             ErrorKind::ImmatureSignature => Refusal::NotYetValid,
             ErrorKind::InvalidAudience => Refusal::Audience,
+            ErrorKind::InvalidIssuer => Refusal::Issuer,
+            ErrorKind::MissingRequiredClaim(claim) if claim == "aud" => Refusal::Audience,
+            ErrorKind::MissingRequiredClaim(claim) if claim == "iss" => Refusal::Issuer,
             ErrorKind::MissingRequiredClaim(claim) => {
                 Refusal::Malformed(format!("no {claim} claim"))
             }
@@ -352,16 +444,30 @@ pub enum Gate {
 impl Gate {
     /// The gate the config asks for, reading its secret or key file once.
     pub fn from_config(config: &AuthConfig) -> Result<Self, SetupError> {
+        let rules = TokenRules::from_config(config);
         if let Some(path) = &config.auth_hs256_secret_file {
             let secret = read_secret(path, SECRET_FLAG)?;
-            return Ok(Self::Tokens(Box::new(Verifier::new(
+            return Ok(Self::Tokens(Box::new(Verifier::with_rules(
                 DecodingKey::from_secret(&secret),
                 Algorithm::HS256,
+                &rules,
             ))));
         }
         if let Some(path) = &config.auth_public_key_file {
             let (key, alg) = read_public_key(path)?;
-            return Ok(Self::Tokens(Box::new(Verifier::new(key, alg))));
+            return Ok(Self::Tokens(Box::new(Verifier::with_rules(
+                key, alg, &rules,
+            ))));
+        }
+        if !config.auth_audience.is_empty() {
+            return Err(SetupError::NoKey {
+                flag: "--auth-audience",
+            });
+        }
+        if !config.auth_issuer.is_empty() {
+            return Err(SetupError::NoKey {
+                flag: "--auth-issuer",
+            });
         }
         Ok(Self::Open)
     }

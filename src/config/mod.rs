@@ -438,7 +438,10 @@ mod tests {
                 "cluster-queue",
                 "cluster-room-linger-ms",
                 "log-json",
-                "tick-workers"
+                "tick-workers",
+                "auth-audience",
+                "auth-issuer",
+                "auth-leeway-secs",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -410,3 +410,52 @@ async fn the_server_says_once_at_start_whether_joins_need_tokens() {
         "{closed:?}"
     );
 }
+
+/// Issue #19: an identity provider's token names an audience and an
+/// issuer; with `--auth-audience` and `--auth-issuer` such a token joins,
+/// and one for another audience or from another issuer is refused, counted
+/// under its reason, on a socket that stays.
+#[tokio::test]
+async fn an_identity_providers_token_joins_with_its_audience_and_issuer() {
+    let files = Files::new("audience");
+    let path = files.write("secret", SECRET);
+    let server = TestServer::with(config(|c| {
+        c.auth.auth_hs256_secret_file = Some(path);
+        c.auth.auth_audience = vec!["amble".into()];
+        c.auth.auth_issuer = vec!["https://id.example.com/".into()];
+    }))
+    .await;
+    let sign = |aud: &str, iss: &str| {
+        let claims = serde_json::json!({
+            "sub": "u1", "exp": unix_now() + 600, "name": "Ida", "aud": aud, "iss": iss,
+        });
+        jsonwebtoken::encode(
+            &Header::new(Algorithm::HS256),
+            &claims,
+            &EncodingKey::from_secret(SECRET),
+        )
+        .expect("sign")
+    };
+    let mut c = server.client().await;
+    for (reason, bad) in [
+        ("audience", sign("someone-else", "https://id.example.com/")),
+        ("issuer", sign("amble", "https://evil.example/")),
+    ] {
+        send_join(&mut c, "lobby", "x", &bad).await;
+        let text = c.expect_error(ErrorCode::Unauthenticated).await;
+        assert!(
+            text.contains(if reason == "audience" { "aud" } else { "iss" }),
+            "{text}"
+        );
+        assert_eq!(refused(&server, reason).await, 1.0, "{reason}");
+    }
+    let welcome = join_with(
+        &mut c,
+        "lobby",
+        "x",
+        &sign("amble", "https://id.example.com/"),
+    )
+    .await;
+    assert_eq!(names(&welcome), ["Ida"]);
+    server.stop().await;
+}

@@ -292,3 +292,90 @@ impl TempDir {
         path
     }
 }
+
+/// Issue #19: tokens from an identity provider name an audience and an
+/// issuer. `--auth-audience` and `--auth-issuer` say which are accepted.
+#[test]
+fn audiences_and_issuers_follow_the_rules() {
+    let key = EncodingKey::from_secret(SECRET);
+    let rules = TokenRules {
+        audiences: vec!["amble".into(), "amble-staging".into()],
+        issuers: vec!["https://id.example.com/".into()],
+        leeway_secs: LEEWAY_SECS,
+    };
+    let v = Verifier::with_rules(DecodingKey::from_secret(SECRET), Algorithm::HS256, &rules);
+    let token = |extra: serde_json::Value| {
+        let mut c = serde_json::json!({ "sub": "u1", "exp": unix_now() + 600 });
+        c.as_object_mut()
+            .expect("an object")
+            .extend(extra.as_object().expect("an object").clone());
+        sign(Algorithm::HS256, &c, &key)
+    };
+    let iss = "https://id.example.com/";
+    let cases = [
+        (serde_json::json!({ "aud": "amble", "iss": iss }), None),
+        (
+            serde_json::json!({ "aud": ["other", "amble-staging"], "iss": iss }),
+            None,
+        ),
+        (
+            serde_json::json!({ "aud": "other", "iss": iss }),
+            Some("audience"),
+        ),
+        (serde_json::json!({ "iss": iss }), Some("audience")),
+        (
+            serde_json::json!({ "aud": "amble", "iss": "https://evil.example/" }),
+            Some("issuer"),
+        ),
+        (serde_json::json!({ "aud": "amble" }), Some("issuer")),
+    ];
+    for (extra, want) in cases {
+        let got = v.admit(&token(extra.clone()), "lobby");
+        match want {
+            None => assert!(got.is_ok(), "{extra}: {got:?}"),
+            Some(why) => assert_eq!(reason(got), why, "{extra}"),
+        }
+    }
+    // The default rules: no audience at all, any issuer.
+    let plain = hs256();
+    assert_eq!(
+        reason(plain.admit(&token(serde_json::json!({ "aud": "amble" })), "lobby")),
+        "audience"
+    );
+    assert!(
+        plain
+            .admit(&token(serde_json::json!({ "iss": "anyone" })), "lobby")
+            .is_ok()
+    );
+}
+
+#[test]
+fn the_leeway_is_the_configured_one() {
+    let key = EncodingKey::from_secret(SECRET);
+    let mut c = claims("u1");
+    c.exp = unix_now() - 45;
+    let token = sign(Algorithm::HS256, &c, &key);
+    assert_eq!(reason(hs256().admit(&token, "lobby")), "expired");
+    let rules = TokenRules {
+        leeway_secs: 60,
+        ..TokenRules::default()
+    };
+    let lenient = Verifier::with_rules(DecodingKey::from_secret(SECRET), Algorithm::HS256, &rules);
+    assert!(lenient.admit(&token, "lobby").is_ok());
+}
+
+#[test]
+fn token_rules_without_a_key_refuse_the_start() {
+    let config = AuthConfig {
+        auth_hs256_secret_file: None,
+        auth_public_key_file: None,
+        auth_audience: vec!["amble".into()],
+        auth_issuer: Vec::new(),
+        auth_leeway_secs: LEEWAY_SECS,
+    };
+    let err = Gate::from_config(&config).expect_err("no key");
+    assert_eq!(
+        err.to_string(),
+        "--auth-audience needs --auth-hs256-secret-file or --auth-public-key-file: without a key no token is read"
+    );
+}
