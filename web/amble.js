@@ -557,7 +557,22 @@ export class AmbleClient {
     ws.onopen = () => this.onOpen(ws);
     ws.onmessage = (ev) => this.onMessage(ws, ev.data);
     ws.onclose = (ev) => this.onClose(ws, ev);
-    ws.onerror = () => {}; // a close event follows with the code
+    // In a browser a close event follows an error, with its code. Node's
+    // WebSocket (Node 20 and 22) fires only the error when the server
+    // cannot be reached, and stays CONNECTING: then the error ends the
+    // socket here, as the close event would have (1006, never opened).
+    ws.onerror = () => {
+      if (this.wsOpened) return;
+      this.setTimer(() => {
+        if (ws !== this.ws || this.wsOpened) return;
+        try {
+          ws.close();
+        } catch {
+          // Closing a socket that never opened may throw; it is dropped anyway.
+        }
+        this.onClose(ws, { code: 1006, reason: '' });
+      }, 0);
+    };
   }
 
   onOpen(ws) {

@@ -12,5 +12,6 @@ mod handshake;
 mod http;
 mod lifecycle;
 mod movement;
+mod node_sdk;
 mod proxy;
 mod support;

@@ -113,6 +113,10 @@ function fakeSocketClass() {
       this.readyState = 3;
       this.onclose?.({ code, reason });
     }
+    /** An error and no close event, as Node's WebSocket when the server cannot be reached. */
+    failWithoutClose() {
+      this.onerror?.({ type: 'error' });
+    }
   }
   return { FakeSocket, sockets };
 }
@@ -802,4 +806,31 @@ test('url lists are checked: not empty, strings only, not both url and urls', ()
   assert.ok(Object.isFrozen(client.urls));
   client.url = 'ws://c/ws';
   assert.deepEqual(client.urls, ['ws://c/ws']);
+});
+
+test('a socket that fails with an error and no close event (Node) ends as closed, not connecting', () => {
+  const { time, client, last, of } = setup({ reconnect: false });
+  client.connect();
+  assert.equal(client.state, 'connecting');
+  last().failWithoutClose();
+  time.advance(0);
+  assert.equal(client.state, 'closed');
+  const [[, closed]] = of('closed');
+  assert.equal(closed.code, 1006);
+  assert.equal(closed.opened, false);
+  assert.equal(closed.willReconnect, false);
+  assert.equal(last().closedWith !== null, true, 'the failed socket is closed');
+});
+
+test('with reconnects, a socket failing without a close event is retried', () => {
+  const { time, client, sockets, last } = setup();
+  client.connect();
+  last().failWithoutClose();
+  time.advance(0);
+  assert.equal(client.state, 'reconnecting');
+  time.advance(60_000);
+  assert.equal(sockets.length, 2, 'a second attempt');
+  // A browser's close event after the error changes nothing more.
+  sockets[0].drop(1006);
+  assert.equal(sockets.length, 2);
 });
