@@ -4,7 +4,9 @@
 //! `chromium-driver` installed they fail, saying what to install.
 //! The harness is in [`driver`]; screenshots go to
 //! target/browser-artifacts/<test>/. [`demo`] is two people in a room;
-//! [`ux`] is what a newcomer meets first (issue 10's browser items).
+//! [`ux`] is what a newcomer meets first (issue 10's browser items);
+//! [`origin`] is the SDK in an app's own page on another origin, and
+//! docs/client.md's minimal page run as written.
 
 mod cluster;
 mod demo;

@@ -121,3 +121,89 @@ async fn a_page_on_another_origin_imports_the_sdk_and_joins() {
     })
     .await;
 }
+
+/// The first ```html block after "## A minimal page" in docs/client.md.
+fn minimal_page() -> String {
+    let doc = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/client.md"),
+    )
+    .expect("docs/client.md");
+    let section = &doc[doc.find("## A minimal page").expect("the section")..];
+    let block = &section[section.find("```html\n").expect("an html block") + 8..];
+    block[..block.find("```").expect("the block's end")].to_owned()
+}
+
+/// docs/client.md's minimal page runs as written (only its `server` line
+/// pointed at the test's server), from another origin: it joins `lobby`,
+/// and a click on its canvas walks its member there, seen by the demo.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_docs_minimal_page_runs_as_written() {
+    let browser = Browser::start("the_docs_minimal_page_runs_as_written").await;
+    within(Duration::from_secs(150), "the whole test", async {
+        let server = Server::with(Config::default()).await;
+        let page = minimal_page();
+        let written = "const server = 'http://127.0.0.1:3000';";
+        assert!(page.contains(written), "the page's server line: {page}");
+        let page = page.replace(
+            written,
+            &format!("const server = 'http://{}';", server.addr),
+        );
+
+        let host = browser.open("host", Viewport::DESKTOP).await;
+        host.goto(&server.url("/")).await;
+        host.fill("#name", "Host").await;
+        host.fill("#room", "lobby").await;
+        host.click("#join").await;
+        host.wait_for(
+            "the host in lobby",
+            "() => window.ambleDemo.state() === 'joined'",
+            &[],
+        )
+        .await;
+
+        let (app, app_task) = app_origin(page).await;
+        let ada = browser.open("minimal", Viewport::DESKTOP).await;
+        ada.goto(&format!("{app}/")).await;
+        ada.wait_for(
+            "the minimal page in lobby",
+            "() => window.client && window.client.state === 'joined'",
+            &[],
+        )
+        .await;
+        host.wait_for(
+            "Ada on the host's page",
+            "() => window.ambleDemo.members().some((m) => m.name === 'Ada')",
+            &[],
+        )
+        .await;
+        // Members spawn around the middle; the canvas is 500 px for 5,000
+        // cm, so (300, 200) px is (3000, 2000) cm, 5 to 6 m away.
+        let far: Value = host
+            .eval(
+                "() => window.ambleDemo.members().find((m) => m.name === 'Ada')",
+                &[],
+            )
+            .await;
+        let (x, y) = (far["x"].as_f64().expect("x"), far["y"].as_f64().expect("y"));
+        assert!(
+            (x - 3000.0).hypot(y - 2000.0) > 300.0,
+            "Ada spawned at the target: {far}"
+        );
+        let canvas = ada.rect("#world").await;
+        ada.click_at(canvas.x + 300.0, canvas.y + 200.0).await;
+        host.wait_for_within(
+            Duration::from_secs(60),
+            "Ada walking to (3000, 2000)",
+            "() => { const a = window.ambleDemo.members().find((m) => m.name === 'Ada'); \
+             return a && Math.abs(a.x - 3000) < 30 && Math.abs(a.y - 2000) < 30; }",
+            &[],
+        )
+        .await;
+        ada.screenshot("walked").await;
+        let errors = ada.close().await;
+        assert!(errors.is_empty(), "console errors: {errors:?}");
+        host.close().await;
+        app_task.abort();
+    })
+    .await;
+}
