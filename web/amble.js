@@ -509,8 +509,9 @@ export class AmbleClient {
     if (this.ws && this.ws.readyState === 1) this.setState(State.OPEN);
   }
 
-  /** Closes the connection for good. */
+  /** Closes the connection for good. A second call does nothing (one `closed`). */
   close() {
+    if (this.state === State.CLOSED && !this.active && this.ws === null) return;
     this.active = false;
     this.wanted = null;
     this.stopTimers();
@@ -1084,7 +1085,13 @@ function closeReason(code, error, opened) {
 function closeText(code, error, retryInMs, opened = true) {
   const why = closeReason(code, error, opened);
   if (retryInMs === null) return why;
-  return `${why} Reconnecting in ${Math.max(1, Math.round(retryInMs / 1000))} s…`;
+  return `${why} Reconnecting in ${waitText(retryInMs)}…`;
+}
+
+/** A wait as people read it: "0.3 s" under 10 s (one decimal), else whole seconds. */
+export function waitText(ms) {
+  const s = Math.max(0, ms) / 1000;
+  return s < 10 ? `${(Math.round(s * 10) / 10).toFixed(1)} s` : `${Math.round(s)} s`;
 }
 
 function detach(ws) {

@@ -16,6 +16,7 @@ import {
   chatProblem,
   nameProblem,
   textProblem,
+  waitText,
 } from '../amble.js';
 import { decodeClientMessage, encodeServerMessage, motionTime, websocketHeaderBytes } from '../codec.js';
 
@@ -833,4 +834,21 @@ test('with reconnects, a socket failing without a close event is retried', () =>
   // A browser's close event after the error changes nothing more.
   sockets[0].drop(1006);
   assert.equal(sockets.length, 2);
+});
+
+test('close() twice fires closed once', () => {
+  const { client, last, of } = joined();
+  client.close();
+  client.close();
+  assert.equal(of('closed').length, 1);
+  assert.equal(client.state, 'closed');
+  assert.equal(last().closedWith.code, 1000);
+});
+
+test('the reconnect wait is said as it is: tenths of a second under 10 s', () => {
+  assert.equal(waitText(256), '0.3 s');
+  assert.equal(waitText(1_332), '1.3 s');
+  assert.equal(waitText(1_000), '1.0 s');
+  assert.equal(waitText(9_949), '9.9 s');
+  assert.equal(waitText(12_400), '12 s');
 });

@@ -62,7 +62,8 @@ test('a server that cannot be reached is named as such, not as a lost connection
   sockets[0].drop(1006); // refused: the socket never opened
   const [, closed] = events.find(([t]) => t === 'closed');
   assert.equal(closed.opened, false);
-  assert.match(closed.text, /^Can't reach the server\. Reconnecting in 1 s…$/);
+  assert.equal(closed.retryInMs, 375);
+  assert.match(closed.text, /^Can't reach the server\. Reconnecting in 0\.4 s…$/);
   // Once it had opened, the same close is a lost connection.
   const { client: c2, sockets: s2, events: e2 } = setup();
   c2.join('lobby', 'Me');
