@@ -379,6 +379,15 @@ impl Verifier {
         if token.is_empty() {
             return Err(Refusal::Missing);
         }
+        // An algorithm jsonwebtoken has no name for (`none`, above all) is
+        // a refused algorithm, not a malformed token.
+        if let Some(alg) = header_alg(token)
+            && alg != format!("{:?}", self.algorithm())
+        {
+            return Err(Refusal::Algorithm {
+                expected: self.algorithm(),
+            });
+        }
         let claims = jsonwebtoken::decode::<Claims>(token, &self.key, &self.validation)
             .map_err(|err| self.refusal(err))?
             .claims;
@@ -430,6 +439,18 @@ impl Verifier {
             _ => Refusal::BadSignature,
         }
     }
+}
+
+/// The `alg` a token's header names, when its header is base64url JSON
+/// with a string `alg`.
+fn header_alg(token: &str) -> Option<String> {
+    use base64::Engine as _;
+    let header = token.split('.').next()?;
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(header)
+        .ok()?;
+    let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
+    value.get("alg")?.as_str().map(str::to_owned)
 }
 
 /// Who may join: everyone (no key configured) or token holders.
