@@ -88,6 +88,7 @@ pub struct Metrics {
     pub forwarded_malformed: Counter,
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub metrics_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
+    pub auth_jwks_reload_failures: Counter,
     pub cors_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
 
     // ---- Client input budgets ----
@@ -374,6 +375,11 @@ impl Metrics {
                 "metrics_refused",
                 "Requests for /metrics refused for a missing or wrong bearer token, by reason",
                 self.metrics_refused.clone(),
+            );
+            r.register(
+                "auth_jwks_reload_failures",
+                "Versions of --auth-jwks-file that could not be read or parsed (the last good key set was kept)",
+                self.auth_jwks_reload_failures.clone(),
             );
             r.register(
                 "cors_refused",

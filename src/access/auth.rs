@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
+use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::{DecodeError, ErrorCode, Rules, validate_room};
@@ -33,7 +34,7 @@ pub struct AuthConfig {
         display_order = 37,
         env = "AMBLE_AUTH_HS256_SECRET_FILE",
         value_name = "PATH",
-        conflicts_with = "auth_public_key_file"
+        conflicts_with_all = ["auth_public_key_file", "auth_jwks_file"]
     )]
     pub auth_hs256_secret_file: Option<std::path::PathBuf>,
 
@@ -44,9 +45,24 @@ pub struct AuthConfig {
         long,
         display_order = 38,
         env = "AMBLE_AUTH_PUBLIC_KEY_FILE",
-        value_name = "PATH"
+        value_name = "PATH",
+        conflicts_with = "auth_jwks_file"
     )]
     pub auth_public_key_file: Option<std::path::PathBuf>,
+
+    /// File holding a JSON Web Key Set (`{"keys": [...]}`, as identity
+    /// providers publish it): every Join must carry a token whose `kid`
+    /// names one of its keys, signed with it. The file is read again when
+    /// it changes (looked at once a second), so keys rotate without a
+    /// restart; a version that does not parse is counted and the last good
+    /// one kept.
+    #[arg(
+        long,
+        display_order = 63,
+        env = "AMBLE_AUTH_JWKS_FILE",
+        value_name = "PATH"
+    )]
+    pub auth_jwks_file: Option<std::path::PathBuf>,
 
     /// Audiences a token may be for (its `aud`), comma-separated. When set,
     /// a token must name one of them, as an identity provider's tokens do.
@@ -201,6 +217,10 @@ pub enum Refusal {
     /// none.
     #[error("the token is from an issuer (iss) this server does not accept (--auth-issuer)")]
     Issuer,
+    /// The token's `kid` names no key of `--auth-jwks-file` (or it has
+    /// none).
+    #[error("the token's key (kid) is not one this server knows (--auth-jwks-file)")]
+    UnknownKey,
     /// The token's `rooms` do not include this room.
     #[error("the token does not allow room {room}")]
     Forbidden { room: String },
@@ -226,6 +246,7 @@ impl Refusal {
             Self::NotYetValid => "not_yet_valid",
             Self::Audience => "audience",
             Self::Issuer => "issuer",
+            Self::UnknownKey => "unknown_key",
             Self::Forbidden { .. } => "forbidden",
         }
     }
@@ -255,8 +276,13 @@ pub enum SetupError {
     },
     /// A token rule (`--auth-audience`, `--auth-issuer`) without a key to
     /// check tokens with.
-    #[error("{flag} needs {SECRET_FLAG} or {PUBLIC_KEY_FLAG}: without a key no token is read")]
+    #[error(
+        "{flag} needs {SECRET_FLAG}, {PUBLIC_KEY_FLAG} or --auth-jwks-file: without a key no token is read"
+    )]
     NoKey { flag: &'static str },
+    /// The key set file cannot be read or parsed at start.
+    #[error("--auth-jwks-file {}: {why}", path.display())]
+    Jwks { path: PathBuf, why: String },
     /// The key file is not a public key amble can use.
     #[error("{flag} {}: {why}", path.display())]
     Key {
@@ -381,7 +407,7 @@ impl Verifier {
         }
         // An algorithm jsonwebtoken has no name for (`none`, above all) is
         // a refused algorithm, not a malformed token.
-        if let Some(alg) = header_alg(token)
+        if let Some(alg) = header_field(token, "alg")
             && alg != format!("{:?}", self.algorithm())
         {
             return Err(Refusal::Algorithm {
@@ -441,16 +467,42 @@ impl Verifier {
     }
 }
 
-/// The `alg` a token's header names, when its header is base64url JSON
-/// with a string `alg`.
-fn header_alg(token: &str) -> Option<String> {
+/// The string field `name` (`alg`, `kid`) of a token's header, when its
+/// header is base64url JSON with such a field.
+fn header_field(token: &str, name: &str) -> Option<String> {
     use base64::Engine as _;
     let header = token.split('.').next()?;
     let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(header)
         .ok()?;
     let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
-    value.get("alg")?.as_str().map(str::to_owned)
+    value.get(name)?.as_str().map(str::to_owned)
+}
+
+/// Checks Join tokens with the key their `kid` names in a key set file.
+#[derive(Debug)]
+pub struct JwksVerifier {
+    file: jwks::JwksFile,
+    rules: TokenRules,
+}
+
+impl JwksVerifier {
+    /// The key set file.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
+    /// Verifies `token` with the key its `kid` names, and checks that it
+    /// allows `room`.
+    pub fn admit(&self, token: &str, room: &str) -> Result<Admission, Refusal> {
+        if token.is_empty() {
+            return Err(Refusal::Missing);
+        }
+        let kid = header_field(token, "kid").ok_or(Refusal::UnknownKey)?;
+        let set = self.file.current();
+        let (key, alg) = set.get(&kid).ok_or(Refusal::UnknownKey)?;
+        Verifier::with_rules(key.clone(), *alg, &self.rules).admit(token, room)
+    }
 }
 
 /// Who may join: everyone (no key configured) or token holders.
@@ -460,12 +512,24 @@ pub enum Gate {
     Open,
     /// Every Join needs a token this verifier accepts.
     Tokens(Box<Verifier>),
+    /// Every Join needs a token signed with a key of the key set file.
+    Jwks(Box<JwksVerifier>),
 }
 
 impl Gate {
-    /// The gate the config asks for, reading its secret or key file once.
-    pub fn from_config(config: &AuthConfig) -> Result<Self, SetupError> {
+    /// The gate the config asks for, reading its secret or key file once
+    /// (a key set file, again when it changes: `jwks_failures` counts the
+    /// versions that could not be read).
+    pub fn from_config(config: &AuthConfig, jwks_failures: Counter) -> Result<Self, SetupError> {
         let rules = TokenRules::from_config(config);
+        if let Some(path) = &config.auth_jwks_file {
+            let file =
+                jwks::JwksFile::open(path, jwks_failures).map_err(|why| SetupError::Jwks {
+                    path: path.to_owned(),
+                    why,
+                })?;
+            return Ok(Self::Jwks(Box::new(JwksVerifier { file, rules })));
+        }
         if let Some(path) = &config.auth_hs256_secret_file {
             let secret = read_secret(path, SECRET_FLAG)?;
             return Ok(Self::Tokens(Box::new(Verifier::with_rules(
@@ -498,6 +562,7 @@ impl Gate {
         match self {
             Self::Open => Ok(Admission::default()),
             Self::Tokens(verifier) => verifier.admit(token, room),
+            Self::Jwks(verifier) => verifier.admit(token, room),
         }
     }
 }
@@ -515,6 +580,8 @@ pub fn mint_hs256(secret: &[u8], claims: &Claims) -> Result<String, jsonwebtoken
 pub fn unix_now() -> u64 {
     jsonwebtoken::get_current_timestamp()
 }
+
+pub mod jwks;
 
 #[cfg(test)]
 mod tests;

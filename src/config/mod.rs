@@ -442,6 +442,7 @@ mod tests {
                 "auth-audience",
                 "auth-issuer",
                 "auth-leeway-secs",
+                "auth-jwks-file",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::edge::http::Http;
 use crate::edge::listener::accept_loop;
 use crate::edge::metrics_token::{MetricsToken, TokenFileError};
+use crate::metrics::Metrics;
 
 use capacity::{Capacity, RESERVED_FILES};
 
@@ -82,7 +83,8 @@ pub async fn serve_started(
     shutdown: impl Future<Output = ()> + Send + 'static,
     started: impl FnOnce(Started) + Send,
 ) -> Result<(), StartError> {
-    let gate = Gate::from_config(&config.auth)?;
+    let metrics = Arc::new(Metrics::default());
+    let gate = Gate::from_config(&config.auth, metrics.auth_jwks_reload_failures.clone())?;
     match &gate {
         Gate::Open => warn!(
             "no --auth-hs256-secret-file or --auth-public-key-file: \
@@ -91,6 +93,10 @@ pub async fn serve_started(
         Gate::Tokens(verifier) => info!(
             algorithm = ?verifier.algorithm(),
             "tokens required: every Join must carry a token signed with the configured key"
+        ),
+        Gate::Jwks(verifier) => info!(
+            path = %verifier.path().display(),
+            "tokens required: every Join must carry a token signed with a key of the key set, by kid"
         ),
     }
     let metrics_token = match &config.edge.metrics_token_file {
@@ -127,7 +133,7 @@ pub async fn serve_started(
     let port = listener.local_addr().map_err(StartError::Listener)?.port();
     let cluster_settings =
         cluster::ClusterSettings::from_config(&config.cluster, config.room.tick_ms, port)?;
-    let shared = shared::state(config, gate, metrics_token, capacity, open_files);
+    let shared = shared::state(config, metrics, gate, metrics_token, capacity, open_files);
     let http = Http::new(Arc::clone(&shared), capacity.http as usize);
     if let Some(settings) = cluster_settings {
         let cluster = cluster::link::start(

@@ -50,6 +50,7 @@ pub struct Shared {
 /// builds it, and tests serve connections over in-memory pipes with it.
 pub(crate) fn state(
     config: Config,
+    metrics: Arc<Metrics>,
     gate: Gate,
     metrics_token: Option<MetricsToken>,
     capacity: Capacity,
@@ -57,7 +58,6 @@ pub(crate) fn state(
 ) -> Arc<Shared> {
     let config = Arc::new(config);
     let clock = Clock::start();
-    let metrics = Arc::new(Metrics::default());
     metrics.connection_cap.set(i64::from(capacity.websockets));
     metrics.http_connection_cap.set(i64::from(capacity.http));
     metrics

@@ -459,3 +459,30 @@ async fn an_identity_providers_token_joins_with_its_audience_and_issuer() {
     assert_eq!(names(&welcome), ["Ida"]);
     server.stop().await;
 }
+
+/// Issue #19: keys by `kid` from a JWKS file (`--auth-jwks-file`): a token
+/// naming a key of the set joins; one naming no key of it is refused as
+/// `unknown_key` on a socket that stays.
+#[tokio::test]
+async fn a_token_signed_with_a_key_of_the_key_set_joins() {
+    let files = Files::new("jwks");
+    let rsa = EncodingKey::from_rsa_pem(&key("rsa-private.pem")).expect("rsa");
+    let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&rsa, Algorithm::RS256).expect("jwk");
+    jwk.common.key_id = Some("2026-12".into());
+    let set = serde_json::json!({ "keys": [jwk] }).to_string();
+    let path = files.write("jwks.json", set.as_bytes());
+    let server = TestServer::with(config(|c| c.auth.auth_jwks_file = Some(path))).await;
+    let sign = |kid: &str| {
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some(kid.into());
+        jsonwebtoken::encode(&header, &claims("u1"), &rsa).expect("sign")
+    };
+    let mut c = server.client().await;
+    send_join(&mut c, "lobby", "Ada", &sign("2025-01")).await;
+    let text = c.expect_error(ErrorCode::Unauthenticated).await;
+    assert!(text.contains("kid"), "{text}");
+    assert_eq!(refused(&server, "unknown_key").await, 1.0);
+    let welcome = join_with(&mut c, "lobby", "Ada", &sign("2026-12")).await;
+    assert_eq!(names(&welcome), ["Ada"]);
+    server.stop().await;
+}

@@ -370,13 +370,151 @@ fn token_rules_without_a_key_refuse_the_start() {
     let config = AuthConfig {
         auth_hs256_secret_file: None,
         auth_public_key_file: None,
+        auth_jwks_file: None,
         auth_audience: vec!["amble".into()],
         auth_issuer: Vec::new(),
         auth_leeway_secs: LEEWAY_SECS,
     };
-    let err = Gate::from_config(&config).expect_err("no key");
+    let err = Gate::from_config(&config, Counter::default()).expect_err("no key");
     assert_eq!(
         err.to_string(),
-        "--auth-audience needs --auth-hs256-secret-file or --auth-public-key-file: without a key no token is read"
+        "--auth-audience needs --auth-hs256-secret-file, --auth-public-key-file or --auth-jwks-file: without a key no token is read"
     );
+}
+
+/// A JWKS with the test keys: RSA under `rsa-1`, Ed25519 under `ed-1`.
+fn jwks(keys_: &[(&str, &EncodingKey, Algorithm)]) -> String {
+    let keys: Vec<serde_json::Value> = keys_
+        .iter()
+        .map(|(kid, key, alg)| {
+            if *alg == Algorithm::EdDSA {
+                // jsonwebtoken cannot make an Ed25519 JWK from a private key:
+                // the public key's last 32 bytes of DER are its `x`.
+                return ed25519_jwk(kid);
+            }
+            let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(key, *alg).expect("a jwk");
+            jwk.common.key_id = Some((*kid).to_owned());
+            serde_json::to_value(jwk).expect("json")
+        })
+        .collect();
+    serde_json::json!({ "keys": keys }).to_string()
+}
+
+/// tests/keys/ed25519-public.pem as a JWK (no `alg`: it follows from the
+/// key type).
+fn ed25519_jwk(kid: &str) -> serde_json::Value {
+    use base64::Engine as _;
+    let pem = String::from_utf8(keys("ed25519-public.pem")).expect("text");
+    let body: String = pem.lines().filter(|l| !l.starts_with("-----")).collect();
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(body)
+        .expect("base64");
+    let x = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(&der[der.len() - 32..]);
+    serde_json::json!({ "kty": "OKP", "crv": "Ed25519", "x": x, "kid": kid })
+}
+
+fn signed_with(kid: &str, alg: Algorithm, key: &EncodingKey) -> String {
+    let mut header = Header::new(alg);
+    header.kid = Some(kid.to_owned());
+    jsonwebtoken::encode(&header, &claims("u1"), key).expect("sign")
+}
+
+/// Issue #19: several keys at once, chosen by `kid`, from a JWKS.
+#[test]
+fn a_key_set_picks_the_key_by_kid_and_its_algorithm() {
+    let rsa = EncodingKey::from_rsa_pem(&keys("rsa-private.pem")).expect("rsa");
+    let ed = EncodingKey::from_ed_pem(&keys("ed25519-private.pem")).expect("ed");
+    let set = jwks::KeySet::parse(
+        jwks(&[
+            ("rsa-1", &rsa, Algorithm::RS256),
+            ("ed-1", &ed, Algorithm::EdDSA),
+        ])
+        .as_bytes(),
+    )
+    .expect("a set");
+    assert_eq!(set.len(), 2);
+    assert_eq!(set.get("rsa-1").map(|k| k.1), Some(Algorithm::RS256));
+    assert_eq!(set.get("ed-1").map(|k| k.1), Some(Algorithm::EdDSA));
+    assert!(set.get("other").is_none());
+    // Bad sets are refused with a reason.
+    for (bad, why) in [
+        (r#"{"keys": []}"#, "the set has no key"),
+        ("not json", "not a JWKS"),
+        (
+            r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#,
+            "a key without a kid",
+        ),
+    ] {
+        let err = jwks::KeySet::parse(bad.as_bytes()).expect_err(bad);
+        assert!(err.contains(why), "{bad}: {err}");
+    }
+}
+
+#[test]
+fn a_key_set_file_rotates_without_a_restart_and_keeps_the_last_good_set() {
+    let rsa = EncodingKey::from_rsa_pem(&keys("rsa-private.pem")).expect("rsa");
+    let ed = EncodingKey::from_ed_pem(&keys("ed25519-private.pem")).expect("ed");
+    let dir = tempfile::tempdir().expect("a dir");
+    let path = dir.path().join("jwks.json");
+    std::fs::write(&path, jwks(&[("rsa-1", &rsa, Algorithm::RS256)])).expect("write");
+    let failures = Counter::default();
+    let config = AuthConfig {
+        auth_hs256_secret_file: None,
+        auth_public_key_file: None,
+        auth_jwks_file: Some(path.clone()),
+        auth_audience: Vec::new(),
+        auth_issuer: Vec::new(),
+        auth_leeway_secs: LEEWAY_SECS,
+    };
+    let gate = Gate::from_config(&config, failures.clone()).expect("a gate");
+    let by_rsa = signed_with("rsa-1", Algorithm::RS256, &rsa);
+    let by_ed = signed_with("ed-1", Algorithm::EdDSA, &ed);
+    assert!(gate.admit(&by_rsa, "lobby").is_ok());
+    assert_eq!(reason(gate.admit(&by_ed, "lobby")), "unknown_key");
+    // No kid at all.
+    let plain = sign(Algorithm::RS256, &claims("u1"), &rsa);
+    assert_eq!(reason(gate.admit(&plain, "lobby")), "unknown_key");
+    // A kid of the set, signed by another key: the signature fails.
+    let forged = signed_with("rsa-1", Algorithm::EdDSA, &ed);
+    assert_eq!(reason(gate.admit(&forged, "lobby")), "algorithm");
+
+    // The provider rotates: the Ed25519 key comes, the RSA key goes. The
+    // file is looked at again only a RECHECK after the last look.
+    let Gate::Jwks(verifier) = &gate else {
+        panic!("a key set gate")
+    };
+    let file = &verifier.file;
+    let t0 = std::time::Instant::now();
+    std::fs::write(&path, jwks(&[("ed-1", &ed, Algorithm::EdDSA)])).expect("write");
+    bump_mtime(&path);
+    assert!(
+        file.current_at(t0).get("ed-1").is_none(),
+        "not looked at yet"
+    );
+    let later = t0 + jwks::RECHECK;
+    let set = file.current_at(later);
+    assert!(set.get("ed-1").is_some() && set.get("rsa-1").is_none());
+    assert!(gate.admit(&by_ed, "lobby").is_ok());
+    assert_eq!(reason(gate.admit(&by_rsa, "lobby")), "unknown_key");
+
+    // A broken version: counted, and the last good set kept.
+    std::fs::write(&path, "{ broken").expect("write");
+    bump_mtime(&path);
+    let set = file.current_at(later + 2 * jwks::RECHECK);
+    assert!(set.get("ed-1").is_some());
+    assert_eq!(failures.get(), 1);
+    // Looked at again, unchanged: not counted twice.
+    file.current_at(later + 4 * jwks::RECHECK);
+    assert_eq!(failures.get(), 1);
+}
+
+/// Gives `path` a modification time one second on, whatever the file
+/// system's clock granularity.
+fn bump_mtime(path: &Path) {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(path)
+        .expect("open");
+    let later = std::time::SystemTime::now() + std::time::Duration::from_secs(1);
+    file.set_modified(later).expect("set mtime");
 }

@@ -35,6 +35,7 @@ fn server() -> (Arc<Shared>, Arc<Http>) {
     let capacity = Capacity::fit(None, 16, 16);
     let shared = crate::server::shared::state(
         config,
+        Arc::new(crate::metrics::Metrics::default()),
         crate::access::auth::Gate::Open,
         None,
         capacity,
