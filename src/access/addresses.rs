@@ -57,10 +57,12 @@ pub struct AddressConfig {
     pub forwarded_header: ForwardedHeader,
 
     /// Exempt loopback clients (127.0.0.0/8, ::1) from the per-address
-    /// limits, so a local load test or proxy is not throttled.
+    /// limits, so a local load test or proxy is not throttled. A switch:
+    /// alone it is on; a value may be 1/0, yes/no, true/false, on/off.
     #[arg(long, display_order = 32, env = "AMBLE_EXEMPT_LOOPBACK", default_value_t = true,
-          value_parser = clap::builder::BoolishValueParser::new(),
-          action = clap::ArgAction::Set)]
+          value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL",
+          hide_possible_values = true,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub exempt_loopback: bool,
 }
 

@@ -90,9 +90,11 @@ pub struct ClusterConfig {
     )]
     pub nats_tls_key_file: Option<PathBuf>,
 
-    /// Refuse to talk to NATS without TLS. Takes 1/0, yes/no, true/false, on/off.
+    /// Refuse to talk to NATS without TLS. A switch: alone it is on; a
+    /// value may be 1/0, yes/no, true/false, on/off.
     #[arg(long, display_order = 47, env = "AMBLE_NATS_REQUIRE_TLS",
-          value_parser = clap::builder::BoolishValueParser::new(),
+          value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL",
+          hide_possible_values = true,
           action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
           default_missing_value = "true")]
     pub nats_require_tls: bool,

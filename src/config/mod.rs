@@ -83,10 +83,11 @@ pub struct Config {
           value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub workers: u16,
 
-    /// Log as JSON lines (for containers) instead of text. Takes an
-    /// optional value: 1/0, yes/no, true/false, on/off.
+    /// Log as JSON lines (for containers) instead of text. A switch: alone
+    /// it is on; a value may be 1/0, yes/no, true/false, on/off.
     #[arg(long, display_order = 58, env = "AMBLE_LOG_JSON",
-          value_parser = clap::builder::BoolishValueParser::new(),
+          value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL",
+          hide_possible_values = true,
           action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
           default_missing_value = "true")]
     pub log_json: bool,
@@ -465,6 +466,55 @@ mod tests {
         assert_eq!(parse_ttl("7d"), Ok(Duration::from_secs(7 * 86_400)));
         for bad in ["", "1", "h", "1w", "1.5h", "-1h", "0s", "367d", "1 h"] {
             assert!(parse_ttl(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    /// Issue #19: one rule for every on/off flag: alone it is on, and a
+    /// value may be 1/0, yes/no, true/false or on/off, given after `=` or
+    /// as the next word.
+    #[test]
+    fn every_switch_follows_one_rule() {
+        let switches = |args: &[&str]| {
+            let c = Config::from_args(std::iter::once("amble").chain(args.iter().copied()))
+                .unwrap_or_else(|err| panic!("{args:?}: {err}"));
+            (
+                c.addresses.exempt_loopback,
+                c.log_json,
+                c.cluster.nats_require_tls,
+            )
+        };
+        assert_eq!(switches(&[]), (true, false, false));
+        assert_eq!(
+            switches(&["--exempt-loopback", "--log-json", "--nats-require-tls"]),
+            (true, true, true)
+        );
+        for off in ["0", "no", "false", "off"] {
+            let eq = |flag: &str| format!("--{flag}={off}");
+            assert_eq!(
+                switches(&[
+                    &eq("exempt-loopback"),
+                    &eq("log-json"),
+                    &eq("nats-require-tls")
+                ]),
+                (false, false, false),
+                "{off}"
+            );
+            assert_eq!(
+                switches(&["--exempt-loopback", off]),
+                (false, false, false),
+                "{off}"
+            );
+        }
+        for on in ["1", "yes", "true", "on"] {
+            assert_eq!(switches(&["--log-json", on]), (true, true, false), "{on}");
+        }
+        let help = Config::command().render_long_help().to_string();
+        assert!(!help.contains("[possible values: true, false]"), "{help}");
+        for flag in ["exempt-loopback", "log-json", "nats-require-tls"] {
+            assert!(
+                help.contains(&format!("--{flag} [<BOOL>]")),
+                "{flag}: {help}"
+            );
         }
     }
 
