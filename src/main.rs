@@ -38,23 +38,27 @@ async fn run(config: Config) -> anyhow::Result<()> {
             )
         })?;
     let addr = listener.local_addr().context("listener address")?;
-    let near = reachable_here(addr);
-    if addr.ip().is_unspecified() {
-        info!(
-            %addr,
-            "listening on every interface: open http://{near}/ here, or this machine's \
-             address and port {} from elsewhere; load test with \
-             `cargo loadtest --url ws://{near}/ws --bots 1000`",
-            addr.port()
-        );
-    } else {
-        info!(
-            %addr,
-            "listening: open http://{near}/ in a browser; load test with \
-             `cargo loadtest --url ws://{near}/ws --bots 1000`"
-        );
-    }
-    amble::serve(listener, config, shutdown_signal())
+    // Said once the server serves: a configuration error (a key file, the
+    // cluster) stops it before, and then this line would mislead.
+    let announce = move |_: amble::Started| {
+        let near = reachable_here(addr);
+        if addr.ip().is_unspecified() {
+            info!(
+                %addr,
+                "listening on every interface: open http://{near}/ here, or this machine's \
+                 address and port {} from elsewhere; load test with \
+                 `cargo loadtest --url ws://{near}/ws --bots 1000`",
+                addr.port()
+            );
+        } else {
+            info!(
+                %addr,
+                "listening: open http://{near}/ in a browser; load test with \
+                 `cargo loadtest --url ws://{near}/ws --bots 1000`"
+            );
+        }
+    };
+    amble::serve_started(listener, config, shutdown_signal(), announce)
         .await
         .context("server failed")?;
     Ok(())
