@@ -370,20 +370,21 @@ impl Connection {
                     reason: "message too big",
                 })
             }
-            // A text message that is not valid UTF-8 (RFC 6455 section 8.1:
-            // close 1007). tungstenite reports a Close frame whose reason is
-            // not UTF-8 the same way; RFC 6455 answers that with 1007 too.
+            // Text that is not valid UTF-8 (RFC 6455 section 8.1: close
+            // 1007): a text message, or the reason of a Close frame, which
+            // tungstenite reports alike, so the answer names both.
             WsError::Utf8(err) => {
-                debug!(%err, "text frame not valid UTF-8");
+                debug!(%err, "text not valid UTF-8");
                 self.refuse(
                     ErrorCode::TextFrame,
-                    "text frames are not accepted (and this one is not valid UTF-8): \
-                     send binary amble.v1 frames",
+                    "a frame carried text that is not valid UTF-8 (a text message, or the \
+                     reason of a Close): amble takes binary amble.v1 frames, and Close \
+                     reasons in UTF-8",
                 )
                 .await?;
                 Err(End::Refused {
                     code: close::INVALID_PAYLOAD,
-                    reason: "text frame not valid UTF-8",
+                    reason: "text not valid UTF-8",
                 })
             }
             // The peer went away without a close handshake: a crashed tab,

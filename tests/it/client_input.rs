@@ -325,6 +325,13 @@ async fn every_text_frame_is_refused_and_counted() {
             })
             .await;
         assert!(text.contains("binary"), "{text}");
+        if code == 1007 {
+            // Said so that it fits a Close's reason as well as a text message.
+            assert!(
+                text.contains("not valid UTF-8") && text.contains("Close"),
+                "{text}"
+            );
+        }
         assert_eq!(c.expect_close().await, code, "case {i}");
         // The room is told the member was kicked, not that it vanished.
         let gone = watcher.until(left).await;
