@@ -448,7 +448,8 @@ impl Metrics {
         })
     }
 
-    /// The Prometheus text exposition of every metric.
+    /// Every metric in the OpenMetrics text format (served as
+    /// `application/openmetrics-text`).
     pub fn render(&self) -> String {
         let mut out = String::new();
         // Writing into a String cannot fail.

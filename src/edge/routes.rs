@@ -113,7 +113,9 @@ async fn metrics(State(shared): State<Arc<Shared>>, headers: HeaderMap) -> Respo
         StatusCode::OK,
         [(
             header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            // What prometheus-client writes: OpenMetrics text (`# EOF`,
+            // counters as `_total`), so it says so.
+            HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
         )],
         shared.metrics.render(),
     )

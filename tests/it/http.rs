@@ -474,3 +474,73 @@ async fn other_origins_may_read_the_sdk_and_allowed_ones_the_room_list() {
     assert!(post.contains(r#""code":"method_not_allowed""#), "{post}");
     server.stop().await;
 }
+
+/// Issue #19: `/metrics` says what it is (OpenMetrics text, as
+/// prometheus-client writes it), and the Prometheus project's own parser
+/// reads all of it.
+#[tokio::test]
+async fn metrics_are_openmetrics_and_a_prometheus_parser_reads_them() {
+    let server = TestServer::start().await;
+    let (mut c, _) = server.joined("lobby", "Ada").await;
+    c.ping().await;
+    let head = format!(
+        "GET /metrics HTTP/1.1\r\nhost: {}\r\nconnection: close\r\n\r\n",
+        server.addr
+    );
+    let response = exchange(&server, head.as_bytes()).await;
+    assert!(
+        response.contains(
+            "content-type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\n"
+        ),
+        "{response:.300}"
+    );
+    let body = response
+        .split_once("\r\n\r\n")
+        .expect("a body")
+        .1
+        .to_owned();
+    let parser = r#"
+import sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+names = [f.name for f in text_string_to_metric_families(sys.stdin.read())]
+print(len(names), " ".join(sorted(names)))
+"#;
+    let mut python = tokio::process::Command::new("/usr/bin/python3")
+        .args(["-c", parser])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("Debian's python3 (/usr/bin/python3): `apt-get install python3 python3-prometheus-client`");
+    let mut stdin = python.stdin.take().expect("stdin");
+    stdin.write_all(body.as_bytes()).await.expect("write");
+    drop(stdin);
+    let out = within("the parser", python.wait_with_output())
+        .await
+        .expect("python3");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "the OpenMetrics parser refused /metrics (python3-prometheus-client missing? \
+         `apt-get install python3-prometheus-client`): {stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let families: usize = stdout
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(families >= 30, "{stdout}");
+    for name in [
+        "amble_connections",
+        "amble_members",
+        "amble_frames_sent",
+        "amble_process_cpu_seconds",
+    ] {
+        assert!(
+            stdout.split_whitespace().any(|n| n == name),
+            "{name} in {stdout}"
+        );
+    }
+    server.stop().await;
+}
