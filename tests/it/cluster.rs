@@ -1048,7 +1048,7 @@ async fn a_killed_nodes_members_leave_everywhere_within_5_s_and_rejoin_elsewhere
             Some(1.0),
             "n{i}"
         );
-        healthz_says(node, &format!("cluster n{i}: connected, 1 peers")).await;
+        healthz_says(node, &format!("cluster n{i}: connected, 1 peer")).await;
     }
 }
 
@@ -1199,7 +1199,7 @@ async fn without_nats_each_node_serves_its_own_and_the_room_heals_within_5_s() {
         welcome_lists(c.n(i), "outage", &everyone, SETTLE).await;
         let node = c.n(i);
         metric_is(node, "amble_cluster_connected", 1.0).await;
-        healthz_says(node, &format!("cluster n{i}: connected, 1 peers")).await;
+        healthz_says(node, &format!("cluster n{i}: connected, 1 peer")).await;
     }
 }
 
@@ -1260,7 +1260,7 @@ async fn healthz_metrics_and_api_rooms_show_the_cluster() {
 
     for i in 1..=2 {
         let node = c.n(i);
-        healthz_says(node, &format!("cluster n{i}: connected, 1 peers")).await;
+        healthz_says(node, &format!("cluster n{i}: connected, 1 peer")).await;
         let text = node.metrics().await;
         for name in [
             "amble_cluster_connected",
@@ -1498,7 +1498,7 @@ async fn two_live_nodes_on_one_slot_each_say_so_once() {
     for (node, other) in [(&a, "other-one"), (&b, "n1")] {
         let (_, lines) = node.healthz().await;
         let want = format!(
-            "cluster {}: connected, 1 peers; SLOT CLASH: slot 1 is also held by {other}",
+            "cluster {}: connected, 1 peer; SLOT CLASH: slot 1 is also held by {other}",
             node.name
         );
         assert_eq!(lines.get(1), Some(&want), "{}", node.name);

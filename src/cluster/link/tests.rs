@@ -201,7 +201,7 @@ async fn with_nats_gone_under_traffic_peers_still_expire() {
     let mut nats = NatsServer::start().await;
     let mut a = Node::start("a", 1, &nats, &[]).await;
     let b = Node::start("b", 2, &nats, &[]).await;
-    a.health("connected, 1 peers").await;
+    a.health("connected, 1 peer").await;
     nats.stop().await;
     a.health("NATS unreachable").await;
     let subject = a.cluster.room_subject("busy");
@@ -308,8 +308,8 @@ async fn after_a_lost_connection_a_node_asks_its_live_peers_for_full_states() {
     };
     let mut a = Node::with(slow("a", 1), &["shared"]).await;
     let mut b = Node::with(slow("b", 2), &[]).await;
-    a.health("connected, 1 peers").await;
-    b.health("connected, 1 peers").await;
+    a.health("connected, 1 peer").await;
+    b.health("connected, 1 peer").await;
     nats.stop().await;
     a.health("NATS unreachable").await;
     while b.calls.try_recv().is_ok() {}
@@ -375,8 +375,8 @@ async fn a_room_subscribed_after_its_opening_asks_the_peers_for_full_states() {
     let nats = NatsServer::start().await;
     let mut a = Node::start("a", 1, &nats, &[]).await;
     let mut b = Node::start("b", 2, &nats, &[]).await;
-    a.health("connected, 1 peers").await;
-    b.health("connected, 1 peers").await;
+    a.health("connected, 1 peer").await;
+    b.health("connected, 1 peer").await;
     subscribe_room(&a.cluster, "late", Instant::now()).await;
     b.called(Call::Full("late".into())).await;
 }
