@@ -1383,6 +1383,35 @@ async fn deployments_with_different_prefixes_share_a_nats_without_meeting() {
     assert_eq!(n3.metric("amble_cluster_remote_members").await, Some(0.0));
 }
 
+/// Issue #19: a cluster on a NATS server that requires credentials
+/// (`--nats-user` and `--nats-password-file`): the nodes find each other and
+/// share a room, and nats-server saw only authenticated clients.
+#[tokio::test]
+async fn a_cluster_runs_on_a_nats_server_that_requires_credentials() {
+    let nats = Nats::start_with(&["--user", "amble", "--pass", "s3cret-for-the-test"]).await;
+    let dir = tempfile::tempdir().expect("a temp dir");
+    let password = dir.path().join("nats-password");
+    std::fs::write(&password, "s3cret-for-the-test\n").expect("write");
+    let password = password.to_str().expect("utf-8 path");
+    let creds = ["--nats-user", "amble", "--nats-password-file", password];
+    let n1 = Node::start(&nats, 1, &creds).await;
+    let n2 = Node::start(&nats, 2, &creds).await;
+    has_peers(&n1, 1).await;
+    has_peers(&n2, 1).await;
+    let mut ada = Person::join(&n1, "locked", "Ada").await;
+    let _bo = Person::join(&n2, "locked", "Bo").await;
+    ada.sees(SETTLE, &["Ada", "Bo"]).await;
+    // Both connections are the authenticated user's.
+    let connz = nats.monitor_json("/connz?auth=1").await;
+    let users: Vec<&str> = connz["connections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["authorized_user"].as_str())
+        .collect();
+    assert_eq!(users, ["amble", "amble"], "{connz}");
+}
+
 /// Issue #15, finding 8: prefixes that nest (`nest` and `nest.r`) stay
 /// apart. In the first wire format a client in room `hb` under `nest` had
 /// its moves published on `nest.r.hb`, the heartbeat subject of `nest.r`,

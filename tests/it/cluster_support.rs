@@ -323,6 +323,8 @@ pub struct Nats {
     pub monitor: SocketAddr,
     /// One log per run (a restart starts a new one).
     logs: Vec<Log>,
+    /// More nats-server arguments (authentication), kept for restarts.
+    extra: Vec<String>,
 }
 
 /// The nats-server binary: on the PATH, or Debian's /usr/sbin.
@@ -339,13 +341,21 @@ fn nats_server() -> std::path::PathBuf {
 impl Nats {
     /// Starts nats-server on free ports (`-p -1 -m -1`).
     pub async fn start() -> Self {
-        let (proc, client, monitor) = Self::run("-1", "-1", 1).await;
+        Self::start_with(&[]).await
+    }
+
+    /// Starts nats-server on free ports with `extra` arguments (for
+    /// example `--user U --pass P`: then clients must authenticate).
+    pub async fn start_with(extra: &[&str]) -> Self {
+        let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        let (proc, client, monitor) = Self::run("-1", "-1", 1, &extra).await;
         let logs = vec![proc.log.clone()];
         Self {
             proc: Some(proc),
             client,
             monitor,
             logs,
+            extra,
         }
     }
 
@@ -354,9 +364,16 @@ impl Nats {
         format!("nats://{}", self.client)
     }
 
-    async fn run(port: &str, monitor: &str, run: usize) -> (Proc, SocketAddr, SocketAddr) {
+    async fn run(
+        port: &str,
+        monitor: &str,
+        run: usize,
+        extra: &[String],
+    ) -> (Proc, SocketAddr, SocketAddr) {
         let mut proc = Proc::spawn(
-            Command::new(nats_server()).args(["-a", "127.0.0.1", "-p", port, "-m", monitor]),
+            Command::new(nats_server())
+                .args(["-a", "127.0.0.1", "-p", port, "-m", monitor])
+                .args(extra),
             format!("nats-server (run {run})"),
         )
         .unwrap_or_else(|err| panic!("cannot start nats-server: {err}; {INSTALL_NATS}"));
@@ -403,8 +420,8 @@ impl Nats {
         loop {
             let run = self.logs.len() + 1;
             let attempt = tokio::spawn({
-                let (port, monitor) = (port.clone(), monitor.clone());
-                async move { Self::run(&port, &monitor, run).await }
+                let (port, monitor, extra) = (port.clone(), monitor.clone(), self.extra.clone());
+                async move { Self::run(&port, &monitor, run, &extra).await }
             })
             .await;
             match attempt {
