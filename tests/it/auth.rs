@@ -486,3 +486,71 @@ async fn a_token_signed_with_a_key_of_the_key_set_joins() {
     assert_eq!(names(&welcome), ["Ada"]);
     server.stop().await;
 }
+
+/// The ```LANG block of docs/client.md's "## Tokens" section that contains
+/// `marker`.
+fn token_example(lang: &str, marker: &str) -> String {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/client.md"))
+        .expect("docs/client.md");
+    let section = &doc[doc.find("## Tokens").expect("the section")..];
+    let open = format!("```{lang}\n");
+    section
+        .split(open.as_str())
+        .skip(1)
+        .map(|rest| &rest[..rest.find("```").expect("a block's end")])
+        .find(|block| block.contains(marker))
+        .unwrap_or_else(|| panic!("no {lang} block with {marker}"))
+        .to_owned()
+}
+
+/// Issue #19: docs/client.md's Node and Python examples mint tokens that
+/// amble accepts, with a binary secret (it failed in Node: the secret was
+/// read as UTF-8 text).
+#[tokio::test]
+async fn the_docs_token_examples_mint_tokens_amble_accepts_for_a_binary_secret() {
+    let files = Files::new("examples");
+    let secret: Vec<u8> = (0u8..48)
+        .map(|i| i.wrapping_mul(151).wrapping_add(0x80))
+        .collect();
+    assert!(std::str::from_utf8(&secret).is_err(), "a binary secret");
+    let mut file = secret.clone();
+    file.push(b'\n');
+    let path = files.write("secret", &file);
+    let server = TestServer::with(config(|c| {
+        c.auth.auth_hs256_secret_file = Some(path.clone())
+    }))
+    .await;
+    let path = path.to_str().expect("utf-8 path");
+
+    let node = token_example("js", "createHmac").replace("/run/secrets/amble", path)
+        + "\nconsole.log(ambleToken('u-node', 'Nora', ['team-*']));\n";
+    let node_file = files.write("mint.mjs", node.as_bytes());
+    let python = token_example("python", "hmac.new").replace("/run/secrets/amble", path)
+        + "\nprint(amble_token('u-py', 'Pia', ['team-*']))\n";
+    let python_file = files.write("mint.py", python.as_bytes());
+    for (program, script, name, room) in [
+        ("node", node_file, "Nora", "team-node"),
+        ("/usr/bin/python3", python_file, "Pia", "team-python"),
+    ] {
+        let out = Command::new(program)
+            .arg(&script)
+            .output()
+            .await
+            .unwrap_or_else(|err| {
+                panic!("{program}: {err} (scripts/test installs nodejs; python3 is Debian's)")
+            });
+        assert!(
+            out.status.success(),
+            "{program}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let token = String::from_utf8(out.stdout)
+            .expect("utf-8")
+            .trim()
+            .to_owned();
+        let mut c = server.client().await;
+        let welcome = join_with(&mut c, room, "", &token).await;
+        assert_eq!(names(&welcome)[..], [name], "{program}");
+    }
+    server.stop().await;
+}
