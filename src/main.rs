@@ -110,7 +110,11 @@ fn print_token(args: &TokenArgs, config: &Config) -> anyhow::Result<()> {
 }
 
 fn init_tracing(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    // async-nats logs every failed reconnect at INFO ("IO error", once a
+    // second while NATS is away); amble says what matters itself (waiting
+    // for NATS, the connection lost and back), once. RUST_LOG overrides.
+    let filter = EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| EnvFilter::new("info,async_nats=warn"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
