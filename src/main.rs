@@ -98,6 +98,7 @@ fn print_token(args: &TokenArgs, config: &Config) -> anyhow::Result<()> {
         exp: auth::unix_now() + args.ttl.as_secs(),
         name,
         rooms: args.rooms.clone(),
+        start: None,
     };
     anyhow::ensure!(
         !claims.sub.is_empty() && claims.sub.len() <= auth::MAX_SUB_BYTES,

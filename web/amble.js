@@ -488,14 +488,18 @@ export class AmbleClient {
    * token's `name` claim supplies it. The answer comes as a `welcome` or an
    * `error` event.
    */
-  join(room, name = '') {
+  join(room, name = '', { start = null } = {}) {
     const tokenNames = name === '' && (this.token !== null || this.getToken !== null);
     const problem = roomProblem(room) ?? (tokenNames ? null : nameProblem(name, this.limits.maxNameChars));
     if (problem) throw new RangeError(problem);
+    if (start !== null && !(Number.isFinite(start?.x) && Number.isFinite(start?.y) && start.x >= 0 && start.y >= 0)) {
+      throw new RangeError('start must be { x, y } in cm, both finite and not negative');
+    }
     if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
     this.clearRoom(); // a new join is a new arrival, not a rejoin
     // The server keeps names in NFC: so does the client, to match its own.
-    this.wanted = { room, name: name.normalize('NFC') };
+    const at = start === null ? null : { x: Math.round(start.x), y: Math.round(start.y) };
+    this.wanted = { room, name: name.normalize('NFC'), start: at };
     if (this.ws && this.ws.readyState === 1) this.sendJoin();
     else this.connect();
     return this;
@@ -662,9 +666,9 @@ export class AmbleClient {
 
   sendJoin() {
     this.setState(State.JOINING);
-    const { room, name } = this.wanted;
+    const { room, name, start } = this.wanted;
     if (this.getToken === null) {
-      this.send({ join: { room, name, token: this.token ?? '' } });
+      this.send({ join: { room, name, token: this.token ?? '', start } });
       return;
     }
     // A fresh token for every Join. Its answer is used only if the socket
@@ -685,7 +689,7 @@ export class AmbleClient {
           this.tokenFailed(new TypeError('getToken must resolve to a token string'));
           return;
         }
-        this.send({ join: { room, name, token } });
+        this.send({ join: { room, name, token, start } });
       },
       (err) => {
         if (current()) this.tokenFailed(err);

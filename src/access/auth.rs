@@ -153,6 +153,17 @@ pub struct Claims {
     /// whose name starts with `team-`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rooms: Option<Vec<String>>,
+    /// Where the member appears (`{"x": .., "y": ..}`, in cm), replacing a
+    /// start the Join asks for; checked to be within the world.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start: Option<StartClaim>,
+}
+
+/// A token's `start` claim.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartClaim {
+    pub x: u32,
+    pub y: u32,
 }
 
 /// Whether `patterns` (a token's `rooms`) allow `room`. `None` allows all;
@@ -185,6 +196,8 @@ pub struct Admission {
     pub user: Option<Arc<str>>,
     /// The token's `name` claim, not yet checked against the name rule.
     pub name: Option<String>,
+    /// The token's `start` claim, not yet checked against the world.
+    pub start: Option<StartClaim>,
 }
 
 /// Why a Join's token was refused. Each is counted under its
@@ -433,6 +446,7 @@ impl Verifier {
         Ok(Admission {
             user: Some(Arc::from(claims.sub)),
             name: claims.name,
+            start: claims.start,
         })
     }
 

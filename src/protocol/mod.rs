@@ -95,6 +95,8 @@ pub enum Command {
         room: String,
         name: String,
         token: String,
+        /// Where to appear (checked to be within the world).
+        start: Option<Position>,
     },
     Move {
         motion: Motion,
@@ -164,10 +166,15 @@ pub fn decode_client(frame: &[u8], rules: &Rules) -> Result<Command, DecodeError
             } else {
                 validate_name(join.name, rules)?
             };
+            let start = join
+                .start
+                .map(|p| validate_position(Some(p), rules))
+                .transpose()?;
             Ok(Command::Join {
                 room,
                 name,
                 token: join.token,
+                start,
             })
         }
         Body::Move(mv) => {
@@ -199,6 +206,12 @@ pub fn decode_client(frame: &[u8], rules: &Rules) -> Result<Command, DecodeError
         }),
         Body::Leave(_) => Ok(Command::Leave),
     }
+}
+
+/// Checks that `p` (a Join's start, a token's `start` claim) is within the
+/// world.
+pub fn check_position(p: Position, rules: &Rules) -> Result<Position, DecodeError> {
+    validate_position(Some(p.into()), rules)
 }
 
 fn validate_position(pos: Option<pb::Position>, rules: &Rules) -> Result<Position, DecodeError> {

@@ -9,6 +9,7 @@ fn rules() -> Rules {
 
 fn join(room: &str, name: &str) -> Vec<u8> {
     encode_client(C::Join(pb::Join {
+        start: None,
         room: room.into(),
         name: name.into(),
         token: String::new(),
@@ -39,14 +40,40 @@ fn decodes_a_join() {
             room: "lobby".into(),
             name: "Ada".into(),
             token: String::new(),
+            start: None,
         })
     );
+}
+
+/// Issue #19: a Join may carry where to appear, within the world.
+#[test]
+fn a_join_may_carry_a_start_within_the_world() {
+    let at = |x, y| {
+        encode_client(C::Join(pb::Join {
+            start: Some(pb::Position { x, y }),
+            room: "lobby".into(),
+            name: "Ada".into(),
+            token: String::new(),
+        }))
+    };
+    assert_eq!(
+        decode_client(&at(120, 4_999), &rules()),
+        Ok(Command::Join {
+            room: "lobby".into(),
+            name: "Ada".into(),
+            token: String::new(),
+            start: Some(Position { x: 120, y: 4_999 }),
+        })
+    );
+    assert_eq!(code(&at(5_001, 10)), ErrorCode::InvalidPosition);
+    assert_eq!(code(&at(10, 5_001)), ErrorCode::InvalidPosition);
 }
 
 #[test]
 fn a_join_with_a_token_may_leave_the_name_to_it() {
     let with_token = |name: &str| {
         encode_client(C::Join(pb::Join {
+            start: None,
             room: "lobby".into(),
             name: name.into(),
             token: "a.b.c".into(),
@@ -58,6 +85,7 @@ fn a_join_with_a_token_may_leave_the_name_to_it() {
             room: "lobby".into(),
             name: String::new(),
             token: "a.b.c".into(),
+            start: None,
         })
     );
     // A name that is sent is still checked.
@@ -303,14 +331,25 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         client(
             "join",
             C::Join(pb::Join {
+                start: None,
                 room: "lobby".into(),
                 name: "Ada Lovelace".into(),
                 token: String::new(),
             }),
         ),
         client(
+            "join_start",
+            C::Join(pb::Join {
+                start: Some(pb::Position { x: 2_500, y: 130 }),
+                room: "lobby".into(),
+                name: "Ada".into(),
+                token: String::new(),
+            }),
+        ),
+        client(
             "join_unicode",
             C::Join(pb::Join {
+                start: None,
                 room: "café-2".replace('é', "e"),
                 name: "Zoë 🌿".into(),
                 token: String::new(),
@@ -319,6 +358,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         client(
             "join_token",
             C::Join(pb::Join {
+                start: None,
                 room: "team-blue".into(),
                 name: String::new(),
                 // The shape of a JWT; the codec carries it as an opaque string.

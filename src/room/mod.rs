@@ -151,6 +151,15 @@ struct Member {
     origin: Option<Arc<str>>,
 }
 
+/// Who joins: a display name, the app's user (a token's `sub`) if known,
+/// and where to appear (`None`: the spawn rule).
+#[derive(Clone, Debug)]
+pub struct Arrival {
+    pub name: String,
+    pub user: Option<Arc<str>>,
+    pub start: Option<Position>,
+}
+
 /// A room name, how many members it has and how many it takes, for
 /// `GET /api/rooms`.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -294,17 +303,33 @@ impl Rooms {
         user: Option<Arc<str>>,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
+        let arrival = Arrival {
+            name,
+            user,
+            start: None,
+        };
+        self.arrive(room, arrival, sink).await
+    }
+
+    /// As [`join_as`](Self::join_as), the member appearing where
+    /// `arrival.start` says (a point checked to be within the world), or by
+    /// the spawn rule without one.
+    pub async fn arrive(
+        self: &Arc<Self>,
+        room: &str,
+        arrival: Arrival,
+        sink: Arc<dyn Sink>,
+    ) -> Result<Membership, JoinError> {
         if let Some(cluster) = self.cluster.get() {
-            return self.join_clustered(cluster, room, name, user, sink).await;
+            return self.join_clustered(cluster, room, arrival, sink).await;
         }
-        fan_out(|| self.join_now(room, name, user, sink)).await
+        fan_out(|| self.join_now(room, arrival, sink)).await
     }
 
     fn join_now(
         self: &Arc<Self>,
         room: &str,
-        name: String,
-        user: Option<Arc<str>>,
+        arrival: Arrival,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
         loop {
@@ -321,7 +346,7 @@ impl Rooms {
                 self.forget(&handle);
                 continue;
             }
-            return self.join_locked(&handle, st, name, user, sink);
+            return self.join_locked(&handle, st, arrival, sink);
         }
     }
 
@@ -356,10 +381,10 @@ impl Rooms {
         self: &Arc<Self>,
         handle: &Arc<Room>,
         mut st: MutexGuard<'_, State>,
-        name: String,
-        user: Option<Arc<str>>,
+        arrival: Arrival,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
+        let Arrival { name, user, start } = arrival;
         let room = handle.name();
         let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
         if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
@@ -384,7 +409,7 @@ impl Rooms {
             seat,
             user,
             name,
-            motion: Motion::standing(spawn_point(&self.settings, id)),
+            motion: Motion::standing(start.unwrap_or_else(|| spawn_point(&self.settings, id))),
             moved_at_ms: now_ms,
             pending: None,
             origin: None,

@@ -25,11 +25,11 @@ use crate::access::addresses::Client;
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
-    Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
-    encode_server, pb, validate_name,
+    Command, DecodeError, ErrorCode, LeaveReason, Motion, Position, check_position, decode_client,
+    encode_error, encode_server, pb, validate_name,
 };
 use crate::room::sink::Frame;
-use crate::room::{JoinError, Membership};
+use crate::room::{Arrival, JoinError, Membership};
 use crate::server::shared::Shared;
 use crate::session::outbox::{Event, Outbox, WsIo};
 
@@ -472,9 +472,12 @@ impl Connection {
                 }));
                 self.send_frame(pong).await
             }
-            Command::Join { room, name, token } => {
-                Box::pin(self.join(room, name, token, now)).await
-            }
+            Command::Join {
+                room,
+                name,
+                token,
+                start,
+            } => Box::pin(self.join(room, name, token, start, now)).await,
             Command::Move { motion, seq } => {
                 let Some(m) = &self.membership else {
                     return self.refuse(ErrorCode::NotJoined, "Move before Join").await;
@@ -532,14 +535,15 @@ impl Connection {
     }
 
     /// Checks a Join's token (when the server requires one) and settles the
-    /// name: the token's `name` claim, else the one asked for. Counts every
-    /// refusal by reason.
+    /// name and the start: the token's `name` and `start` claims, else what
+    /// the Join asked for. Counts every refusal by reason.
     fn admit(
         &self,
         room: &str,
         asked: String,
+        asked_start: Option<Position>,
         token: &str,
-    ) -> Result<(String, Option<Arc<str>>), Refused> {
+    ) -> Result<Arrival, Refused> {
         let metrics = &self.shared.metrics;
         let admission = self.shared.gate.admit(token, room).map_err(|refusal| {
             metrics.auth_refuse(refusal.reason());
@@ -560,7 +564,23 @@ impl Connection {
             }
             None => asked,
         };
-        Ok((name, admission.user))
+        let start = match admission.start {
+            Some(claimed) => {
+                let p = Position {
+                    x: claimed.x,
+                    y: claimed.y,
+                };
+                let p = check_position(p, &self.shared.rules)
+                    .map_err(|err| (err.code(), format!("the token's start claim: {err}")))?;
+                Some(p)
+            }
+            None => asked_start,
+        };
+        Ok(Arrival {
+            name,
+            user: admission.user,
+            start,
+        })
     }
 
     /// A Join: one at a time, within the connection's and the address's
@@ -570,6 +590,7 @@ impl Connection {
         room: String,
         name: String,
         token: String,
+        start: Option<Position>,
         now: Instant,
     ) -> Result<(), End> {
         if let Some(m) = &self.membership {
@@ -589,7 +610,7 @@ impl Connection {
             }
             Verdict::Flood => return self.flood("joins").await,
         }
-        let (name, user) = match self.admit(&room, name, &token) {
+        let arrival = match self.admit(&room, name, start, &token) {
             Ok(admitted) => admitted,
             Err((code, text)) => return self.refuse(code, text).await,
         };
@@ -599,7 +620,7 @@ impl Connection {
             return self.refuse(ErrorCode::RateLimited, text).await;
         }
         let sink = Arc::clone(&self.outbox);
-        match self.shared.rooms.join_as(&room, name, user, sink).await {
+        match self.shared.rooms.arrive(&room, arrival, sink).await {
             Ok(m) => {
                 tracing::Span::current()
                     .record("room", room.as_str())

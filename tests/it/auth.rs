@@ -56,6 +56,7 @@ fn claims(sub: &str) -> Claims {
         exp: unix_now() + 600,
         name: None,
         rooms: None,
+        start: None,
     }
 }
 
@@ -65,6 +66,7 @@ fn token(claims: &Claims) -> String {
 
 async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
     c.send(C::Join(pb::Join {
+        start: None,
         room: room.into(),
         name: name.into(),
         token: token.into(),
@@ -552,5 +554,50 @@ async fn the_docs_token_examples_mint_tokens_amble_accepts_for_a_binary_secret()
         let welcome = join_with(&mut c, room, "", &token).await;
         assert_eq!(names(&welcome)[..], [name], "{program}");
     }
+    server.stop().await;
+}
+
+/// Issue #19: a token's `start` claim places the member, winning over the
+/// Join's own; one outside the world is refused with INVALID_POSITION.
+#[tokio::test]
+async fn a_tokens_start_claim_places_the_member() {
+    let files = Files::new("start");
+    let server = hs256_server(&files).await;
+    let with_start = |x, y| {
+        let mut c = claims("u-start");
+        c.start = Some(amble::auth::StartClaim { x, y });
+        token(&c)
+    };
+    let mut c = server.client().await;
+    c.send(C::Join(pb::Join {
+        start: None,
+        room: "placed".into(),
+        name: "Ada".into(),
+        token: with_start(9_999, 1),
+    }))
+    .await;
+    let text = c.expect_error(ErrorCode::InvalidPosition).await;
+    assert!(text.contains("start claim"), "{text}");
+    c.send(C::Join(pb::Join {
+        start: Some(pb::Position { x: 10, y: 10 }),
+        room: "placed".into(),
+        name: "Ada".into(),
+        token: with_start(1_234, 2_345),
+    }))
+    .await;
+    let welcome = match c.recv().await.body {
+        Some(S::Welcome(w)) => w,
+        other => panic!("expected Welcome, got {other:?}"),
+    };
+    let me = welcome
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.members.iter().find(|m| m.id == welcome.member_id))
+        .expect("me");
+    assert_eq!(
+        me.position,
+        Some(pb::Position { x: 1_234, y: 2_345 }),
+        "the claim wins"
+    );
     server.stop().await;
 }

@@ -427,6 +427,7 @@ impl Chaos {
             v.errors.clear();
         }
         conn.send(C::Join(pb::Join {
+            start: None,
             room: ROOMS[room].into(),
             name: walker.name.into(),
             token: String::new(),

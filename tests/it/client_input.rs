@@ -244,6 +244,7 @@ async fn a_fragmented_message_is_refused_at_the_first_fragment_past_the_limit() 
     let (mut watcher, _) = server.joined("lobby", "watcher").await;
     // Fragments within the limit make one message, as usual.
     let join = encode_client(C::Join(pb::Join {
+        start: None,
         room: "lobby".into(),
         name: "pieces".into(),
         token: String::new(),
@@ -361,6 +362,7 @@ async fn names_and_chat_are_normalised_and_blank_or_bidi_text_refused() {
         "two\u{2028}lines",
     ] {
         c.send(C::Join(pb::Join {
+            start: None,
             room: "lobby".into(),
             name: name.into(),
             token: String::new(),
@@ -413,4 +415,44 @@ async fn names_and_chat_are_normalised_and_blank_or_bidi_text_refused() {
             .await,
         4.0
     );
+}
+
+/// Issue #19: a Join may say where the member appears; a point outside the
+/// world is refused with INVALID_POSITION on a socket that stays, and
+/// without one the spawn rule places the member.
+#[tokio::test]
+async fn a_join_may_say_where_to_appear_within_the_world() {
+    let server = TestServer::start().await;
+    let join = |x: u32, y: u32| {
+        C::Join(pb::Join {
+            start: Some(pb::Position { x, y }),
+            room: "placed".into(),
+            name: "Ada".into(),
+            token: String::new(),
+        })
+    };
+    let mut c = server.client().await;
+    c.send(join(5_001, 10)).await;
+    let text = c.expect_error(ErrorCode::InvalidPosition).await;
+    assert!(text.contains("5000"), "{text}");
+    c.send(join(4_321, 123)).await;
+    let welcome = match c.recv().await.body {
+        Some(S::Welcome(w)) => w,
+        other => panic!("expected Welcome, got {other:?}"),
+    };
+    let me = welcome
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.members.iter().find(|m| m.id == welcome.member_id))
+        .expect("me in the snapshot");
+    assert_eq!(me.position, Some(pb::Position { x: 4_321, y: 123 }));
+    // The others see it there too.
+    let (_bo, w) = server.joined("placed", "Bo").await;
+    let ada = w
+        .snapshot
+        .as_ref()
+        .and_then(|s| s.members.iter().find(|m| m.name == "Ada"))
+        .expect("Ada in Bo's snapshot");
+    assert_eq!(ada.position, Some(pb::Position { x: 4_321, y: 123 }));
+    server.stop().await;
 }

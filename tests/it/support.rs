@@ -122,6 +122,7 @@ impl Client {
 
     pub async fn join(&mut self, room: &str, name: &str) -> pb::Welcome {
         self.send(C::Join(pb::Join {
+            start: None,
             room: room.into(),
             name: name.into(),
             token: String::new(),

@@ -15,6 +15,7 @@ fn claims(sub: &str) -> Claims {
         exp: unix_now() + 600,
         name: None,
         rooms: None,
+        start: None,
     }
 }
 
@@ -71,6 +72,7 @@ fn admits_a_good_token_with_its_user_and_name() {
         Ok(Admission {
             user: Some(Arc::from("user-1")),
             name: Some("Ada".into()),
+            start: None,
         })
     );
     let refused = hs256().admit(&token, "lobby");

@@ -26,11 +26,10 @@ impl Rooms {
         self: &Arc<Self>,
         cluster: &Arc<Cluster>,
         room: &str,
-        name: String,
-        user: Option<Arc<str>>,
+        arrival: crate::room::Arrival,
         sink: Arc<dyn crate::room::sink::Sink>,
     ) -> Result<Membership, JoinError> {
-        let mut args = Some((name, user, sink));
+        let mut args = Some((arrival, sink));
         loop {
             if self
                 .shutting_down
@@ -59,8 +58,8 @@ impl Rooms {
                     self.forget(&handle);
                     return None;
                 }
-                let (name, user, sink) = args.take()?;
-                Some(self.join_locked(&handle, st, name, user, sink))
+                let (arrival, sink) = args.take()?;
+                Some(self.join_locked(&handle, st, arrival, sink))
             })
             .await;
             match joined {
