@@ -61,8 +61,9 @@ use crate::support::{Client, Ws};
 
 /// Every view must equal the truth this long after a fault.
 const BOUND: Duration = Duration::from_secs(5);
-/// How often the views are compared with the truth while converging.
-const LOOK: Duration = Duration::from_millis(20);
+/// Bumped by every connection's reader each time its view changes, so the
+/// test awaits a change instead of looking again after a sleep.
+type Changes = Arc<tokio::sync::watch::Sender<u64>>;
 const ROOMS: [&str; 3] = ["atrium", "bazaar", "cellar"];
 const NAMES: [&str; 12] = [
     "Ann", "Ben", "Cat", "Dan", "Eve", "Fay", "Gus", "Hal", "Ivy", "Jon", "Kim", "Lou",
@@ -295,12 +296,13 @@ impl Drop for Conn {
 }
 
 impl Conn {
-    async fn open(node: &Node) -> Self {
+    async fn open(node: &Node, changes: &Changes) -> Self {
         let client = Client::connect(&node.ws_url()).await;
         let (sink, mut stream) = client.ws.split();
         let view = Arc::new(Mutex::new(View::default()));
         let reader = tokio::spawn({
             let view = Arc::clone(&view);
+            let changes = Arc::clone(changes);
             async move {
                 while let Some(frame) = stream.next().await {
                     match frame {
@@ -312,10 +314,12 @@ impl Conn {
                             }
                         }
                         Ok(Message::Close(_)) | Err(_) => break,
-                        Ok(_) => {}
+                        Ok(_) => continue,
                     }
+                    changes.send_modify(|n| *n += 1);
                 }
                 view.lock().expect("view lock").closed = true;
+                changes.send_modify(|n| *n += 1);
             }
         });
         Self {
@@ -339,6 +343,30 @@ impl Conn {
 
     fn view(&self) -> std::sync::MutexGuard<'_, View> {
         self.view.lock().expect("view lock")
+    }
+}
+
+/// Checks `check` each time a view changes, until it holds (its value) or
+/// `deadline` (a panic naming `what` and the last answer).
+async fn until_views<T>(
+    changes: &Changes,
+    what: &str,
+    deadline: Instant,
+    mut check: impl FnMut() -> Result<T, String>,
+) -> T {
+    let mut changed = changes.subscribe();
+    loop {
+        changed.borrow_and_update();
+        let last = match check() {
+            Ok(value) => return value,
+            Err(last) => last,
+        };
+        if tokio::time::timeout_at(deadline, changed.changed())
+            .await
+            .is_err()
+        {
+            panic!("timed out waiting for {what}; last: {last}");
+        }
     }
 }
 
@@ -400,6 +428,7 @@ struct Chaos {
     next_x: u32,
     next_chat: u32,
     times: Vec<(String, Duration)>,
+    changes: Changes,
 }
 
 impl Chaos {
@@ -409,7 +438,7 @@ impl Chaos {
 
     /// Opens a connection for walker `w` on node `k` and joins `room`.
     async fn connect(&mut self, w: usize, k: usize, room: usize) {
-        let conn = Conn::open(&self.nodes[k]).await;
+        let conn = Conn::open(&self.nodes[k], &self.changes).await;
         let walker = &mut self.walkers[w];
         walker.conn = Some(conn);
         walker.node = k;
@@ -435,15 +464,12 @@ impl Chaos {
         .await;
         let what = format!("{}'s Welcome in {}", walker.name, ROOMS[room]);
         let view = Arc::clone(&conn.view);
-        let id = poll(SETTLE, &what, || {
-            let view = Arc::clone(&view);
-            async move {
-                let v = view.lock().expect("view lock");
-                assert!(v.errors.is_empty(), "join refused: {:?}", v.errors);
-                assert!(!v.closed, "closed before its Welcome");
-                v.id.filter(|_| v.joined)
-                    .ok_or_else(|| "no Welcome yet".to_owned())
-            }
+        let id = until_views(&self.changes, &what, Instant::now() + SETTLE, || {
+            let v = view.lock().expect("view lock");
+            assert!(v.errors.is_empty(), "join refused: {:?}", v.errors);
+            assert!(!v.closed, "closed before its Welcome");
+            v.id.filter(|_| v.joined)
+                .ok_or_else(|| "no Welcome yet".to_owned())
         })
         .await;
         walker.id = id;
@@ -594,20 +620,27 @@ impl Chaos {
     /// read) the views must still be equal.
     async fn converge(&mut self, what: &str, from: Instant, reach: Reach) {
         let deadline = from + BOUND;
+        let mut changed = self.changes.subscribe();
         loop {
+            // Marked seen before the look: a change after it wakes the wait.
+            changed.borrow_and_update();
             self.assert_no_faults(what);
             match self.compare(reach) {
                 Ok(()) => break,
-                Err(diff) if Instant::now() >= deadline => panic!(
-                    "seed {}: {what}: the views are not the truth {:?} after it (reach {reach:?}):\n{diff}",
-                    self.seed,
-                    from.elapsed()
-                ),
                 Err(diff) => {
                     if std::env::var_os("AMBLE_CHAOS_TRACE").is_some() {
                         eprintln!("{what}, {:.2?}: not yet\n{diff}", from.elapsed());
                     }
-                    tokio::time::sleep(LOOK).await;
+                    if tokio::time::timeout_at(deadline, changed.changed())
+                        .await
+                        .is_err()
+                    {
+                        panic!(
+                            "seed {}: {what}: the views are not the truth {:?} after it (reach {reach:?}):\n{diff}",
+                            self.seed,
+                            from.elapsed()
+                        );
+                    }
                 }
             }
         }
@@ -626,15 +659,12 @@ impl Chaos {
         for &w in &viewers {
             let view = Arc::clone(&self.walkers[w].conn.as_ref().expect("present").view);
             let who = format!("{}'s Pong after {what}", self.walkers[w].name);
-            poll(SETTLE, &who, || {
-                let view = Arc::clone(&view);
-                async move {
-                    let v = view.lock().expect("view lock");
-                    if v.pongs.contains(&stamp) {
-                        Ok(())
-                    } else {
-                        Err(format!("closed: {}", v.closed))
-                    }
+            until_views(&self.changes, &who, Instant::now() + SETTLE, || {
+                let v = view.lock().expect("view lock");
+                if v.pongs.contains(&stamp) {
+                    Ok(())
+                } else {
+                    Err(format!("closed: {}", v.closed))
                 }
             })
             .await;
@@ -845,6 +875,7 @@ async fn chaos_every_view_converges_to_the_truth_after_each_fault() {
         next_x: 0,
         next_chat: 0,
         times: Vec::new(),
+        changes: Arc::new(tokio::sync::watch::Sender::new(0)),
     };
     c.whole().await;
     for (w, &(k, room)) in places.iter().enumerate() {
