@@ -203,6 +203,35 @@ pub(super) fn shard(len: usize, shards: usize, i: usize) -> Range<usize> {
     len * i / shards..len * (i + 1) / shards
 }
 
+/// The batch of a clustered room's coming tick, written ahead of it: for
+/// a remote member's chat or leave that must follow its waiting move
+/// (`Apply::follow_moves`), and for a joiner whose snapshot already shows
+/// the cut moves (`Rooms::batch_before_join`). The tick is the current one
+/// unless it was written (then the next); `last_flush_ms` is moved to it,
+/// so the tick itself writes nothing more. `None` when nothing waits.
+#[allow(clippy::too_many_arguments)] // a room's locked parts, taken apart by the caller
+pub(super) fn batch_ahead(
+    members: &mut BTreeMap<MemberId, Member>,
+    dirty: &mut Vec<MemberId>,
+    cut: &mut Vec<MotionRecord>,
+    last_flush_ms: &mut u64,
+    now_ms: u64,
+    tick_ms: u64,
+    unit_ms: u32,
+    metrics: &Metrics,
+) -> Option<crate::room::sink::Frame> {
+    let at_ms = (now_ms / tick_ms * tick_ms).max(*last_flush_ms + tick_ms);
+    *last_flush_ms = at_ms;
+    let mut records = Vec::new();
+    collect_batch(members, dirty, cut, at_ms, &mut records);
+    if records.is_empty() {
+        return None;
+    }
+    metrics.moves_applied.inc_by(records.len() as u64);
+    metrics.batches.inc();
+    Some(encode_motion(motion_time(at_ms, unit_ms), &records))
+}
+
 /// A clustered room's batch for the tick at `at_ms`: the local moves cut for
 /// it (`cut`, already applied and published) and the remote moves pending,
 /// which are applied here. Local moves that came after the cut stay pending.

@@ -133,13 +133,17 @@ impl Apply<'_> {
         {
             return;
         }
-        // The tick the move waits for: the current one unless written.
-        let tick = self.now_ms / self.tick_ms * self.tick_ms;
-        let at_ms = tick.max(*self.last_flush_ms + self.tick_ms);
-        *self.last_flush_ms = at_ms;
-        let mut records = Vec::new();
-        crate::room::tick::collect_batch(members, dirty, self.cut, at_ms, &mut records);
-        self.batch(at_ms, self.unit, &records);
+        let frame = crate::room::tick::batch_ahead(
+            members,
+            dirty,
+            self.cut,
+            self.last_flush_ms,
+            self.now_ms,
+            self.tick_ms,
+            self.unit,
+            self.metrics,
+        );
+        self.frames.extend(frame);
     }
 
     /// Writes `records` (if any) as one batch at server time `at_ms`, and

@@ -10,9 +10,9 @@ use super::Remote;
 use crate::cluster::Cluster;
 use crate::cluster::wire::{self, UpdateParts};
 use crate::metrics::Metrics;
-use crate::protocol::{LeaveReason, MemberId, MotionRecord, encode_motion, motion_time, pb};
+use crate::protocol::{LeaveReason, MemberId, MotionRecord, pb};
 use crate::room::sink::Frame;
-use crate::room::tick::collect_batch;
+use crate::room::tick::batch_ahead;
 use crate::room::{Member, Room, Rooms, State};
 
 impl Remote {
@@ -170,16 +170,15 @@ impl Rooms {
         if tick_ms == 0 || r.cut.is_empty() {
             return None;
         }
-        // The tick the cut waits for: the current one unless written (as
-        // `Apply::follow_moves` finds it).
-        let now_ms = self.clock.now_ms();
-        let at_ms = (now_ms / tick_ms * tick_ms).max(r.last_flush_ms + tick_ms);
-        r.last_flush_ms = at_ms;
-        let mut records = Vec::new();
-        collect_batch(members, dirty, &mut r.cut, at_ms, &mut records);
-        self.metrics.moves_applied.inc_by(records.len() as u64);
-        self.metrics.batches.inc();
-        let unit = self.settings.motion_time_unit_ms;
-        Some(encode_motion(motion_time(at_ms, unit), &records))
+        batch_ahead(
+            members,
+            dirty,
+            &mut r.cut,
+            &mut r.last_flush_ms,
+            self.clock.now_ms(),
+            tick_ms,
+            self.settings.motion_time_unit_ms,
+            &self.metrics,
+        )
     }
 }
