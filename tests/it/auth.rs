@@ -76,10 +76,7 @@ async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
 
 async fn join_with(c: &mut Client, room: &str, name: &str, token: &str) -> pb::Welcome {
     send_join(c, room, name, token).await;
-    match c.recv().await.body {
-        Some(S::Welcome(w)) => w,
-        other => panic!("expected Welcome, got {other:?}"),
-    }
+    c.welcome().await
 }
 
 fn names(w: &pb::Welcome) -> Vec<String> {
@@ -585,17 +582,9 @@ async fn a_tokens_start_claim_places_the_member() {
         token: with_start(1_234, 2_345),
     }))
     .await;
-    let welcome = match c.recv().await.body {
-        Some(S::Welcome(w)) => w,
-        other => panic!("expected Welcome, got {other:?}"),
-    };
-    let me = welcome
-        .snapshot
-        .as_ref()
-        .and_then(|s| s.members.iter().find(|m| m.id == welcome.member_id))
-        .expect("me");
+    let welcome = c.welcome().await;
     assert_eq!(
-        me.position,
+        own_position(&welcome),
         Some(pb::Position { x: 1_234, y: 2_345 }),
         "the claim wins"
     );

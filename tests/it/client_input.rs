@@ -436,16 +436,11 @@ async fn a_join_may_say_where_to_appear_within_the_world() {
     let text = c.expect_error(ErrorCode::InvalidPosition).await;
     assert!(text.contains("5000"), "{text}");
     c.send(join(4_321, 123)).await;
-    let welcome = match c.recv().await.body {
-        Some(S::Welcome(w)) => w,
-        other => panic!("expected Welcome, got {other:?}"),
-    };
-    let me = welcome
-        .snapshot
-        .as_ref()
-        .and_then(|s| s.members.iter().find(|m| m.id == welcome.member_id))
-        .expect("me in the snapshot");
-    assert_eq!(me.position, Some(pb::Position { x: 4_321, y: 123 }));
+    let welcome = c.welcome().await;
+    assert_eq!(
+        own_position(&welcome),
+        Some(pb::Position { x: 4_321, y: 123 })
+    );
     // The others see it there too.
     let (_bo, w) = server.joined("placed", "Bo").await;
     let ada = w

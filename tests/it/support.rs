@@ -128,6 +128,11 @@ impl Client {
             token: String::new(),
         }))
         .await;
+        self.welcome().await
+    }
+
+    /// The next message, which must be a Welcome.
+    pub async fn welcome(&mut self) -> pb::Welcome {
         match self.recv().await.body {
             Some(S::Welcome(w)) => w,
             other => panic!("expected Welcome, got {other:?}"),
@@ -206,4 +211,15 @@ impl Client {
         })
         .await;
     }
+}
+
+/// Where `welcome`'s snapshot shows the member it welcomes.
+pub fn own_position(welcome: &pb::Welcome) -> Option<pb::Position> {
+    welcome
+        .snapshot
+        .as_ref()?
+        .members
+        .iter()
+        .find(|m| m.id == welcome.member_id)?
+        .position
 }
