@@ -401,6 +401,14 @@ impl Directory {
             .collect()
     }
 
+    /// Live peers, by name and epoch.
+    pub fn live_peers(&self) -> impl Iterator<Item = (Arc<str>, u64)> + '_ {
+        self.peers
+            .iter()
+            .filter(|(_, p)| !p.down)
+            .map(|(name, p)| (Arc::clone(name), p.epoch))
+    }
+
     /// Live peers.
     pub fn live(&self) -> usize {
         self.peers.values().filter(|p| !p.down).count()

@@ -27,7 +27,7 @@ pub mod settings;
 pub mod subjects;
 pub mod wire;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
@@ -251,19 +251,22 @@ impl Cluster {
         }
         let request = wire::encode_snapshot_request(&self.me_pb);
         let subject = self.subjects.snapshot(room);
-        let answers = link::gather(self, subject, request, deadline).await;
-        let mut fulls = Vec::with_capacity(answers.len());
-        for bytes in answers {
+        let mut fulls = Vec::new();
+        link::gather(self, subject, request, deadline, |bytes| {
             match wire::decode_update(&bytes, self.me.slots, &self.rules) {
                 Ok(update) if update.full => {
                     if self.observe(&update.origin) {
+                        let from = update.origin.origin.clone();
                         fulls.push(update);
+                        return Some(from);
                     }
                 }
                 Ok(_) => self.bad("snapshot answer is not a full state"),
                 Err(err) => self.bad(&err.to_string()),
             }
-        }
+            None
+        })
+        .await;
         fulls
     }
 
@@ -278,9 +281,9 @@ impl Cluster {
 
     /// How many peers answer a request now, and whether this node is too
     /// new to know them all (then a request waits for its deadline).
-    fn expected_answers(&self) -> (usize, bool) {
+    fn expected_answers(&self) -> (HashSet<(Arc<str>, u64)>, bool) {
         let young = self.started.elapsed() < self.settings.heartbeat + self.settings.heartbeat / 2;
-        (lock(&self.directory).live(), young)
+        (lock(&self.directory).live_peers().collect(), young)
     }
 
     /// Records a message from `from`; false if it is stale (a retired
@@ -310,26 +313,32 @@ impl Cluster {
             }
         }
         let deadline = Instant::now() + self.settings.snapshot_timeout;
-        let answers = link::gather(
+        // Each node counted once, though a node may answer twice.
+        let mut counted: HashSet<(Arc<str>, u64)> = HashSet::new();
+        link::gather(
             self,
             self.subjects.counts(),
             wire::encode_room_counts(&self.me_pb, Vec::new()),
             deadline,
-        )
-        .await;
-        for bytes in answers {
-            match wire::decode_room_counts(&bytes, self.me.slots, &self.rules) {
-                Ok((from, rooms)) => {
-                    if self.observe(&from) {
-                        for (name, n) in rooms {
-                            let entry = total.entry(name).or_default();
-                            *entry = entry.saturating_add(n);
+            |bytes| {
+                match wire::decode_room_counts(&bytes, self.me.slots, &self.rules) {
+                    Ok((from, rooms)) => {
+                        if self.observe(&from)
+                            && counted.insert((Arc::clone(&from.node), from.epoch))
+                        {
+                            for (name, n) in rooms {
+                                let entry = total.entry(name).or_default();
+                                *entry = entry.saturating_add(n);
+                            }
+                            return Some(from);
                         }
                     }
+                    Err(err) => self.bad(&err.to_string()),
                 }
-                Err(err) => self.bad(&err.to_string()),
-            }
-        }
+                None
+            },
+        )
+        .await;
         let mut counts: Vec<(String, u32)> = total.into_iter().filter(|(_, n)| *n > 0).collect();
         counts.sort();
         *cache = Some((Instant::now(), counts.clone()));

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use crate::cluster::Cluster;
+use crate::cluster::wire::Origin;
 
 /// Drains the outgoing queue into NATS. Only this task waits on NATS.
 pub(super) async fn publisher(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<(Subject, Bytes)>) {
@@ -57,22 +58,26 @@ pub(super) fn received(cluster: &Cluster, bytes: usize) {
     cluster.metrics.cluster_bytes_received.inc_by(bytes as u64);
 }
 
-/// Publishes a request and gathers the answers until every live peer
-/// answered or `deadline`. A node too new to know its peers waits for the
+/// Publishes a request and hands each answer to `accept`, until every
+/// peer live when it was sent answered, or `deadline`. `accept` decodes an
+/// answer and returns who sent it when it is a good one. Only the first
+/// answer of each of those peers counts towards "every peer answered": a
+/// second one, one from a node not live at the start, or a bad one does
+/// not end the wait early. A node too new to know its peers waits for the
 /// deadline.
 pub(in crate::cluster) async fn gather(
     cluster: &Cluster,
     subject: Subject,
     payload: Bytes,
     deadline: Instant,
-) -> Vec<Bytes> {
-    let (expected, young) = cluster.expected_answers();
-    let mut answers = Vec::new();
+    mut accept: impl FnMut(Bytes) -> Option<Origin>,
+) {
+    let (mut awaited, young) = cluster.expected_answers();
     let Some(nats) = &cluster.nats else {
-        return answers;
+        return;
     };
-    if expected == 0 && !young {
-        return answers;
+    if awaited.is_empty() && !young {
+        return;
     }
     let inbox = nats.client.new_inbox();
     // Bounded like the answers: with NATS away the client's command queue
@@ -82,9 +87,9 @@ pub(in crate::cluster) async fn gather(
             Ok(Ok(sub)) => sub,
             Ok(Err(err)) => {
                 warn!(%err, "cluster: cannot subscribe to a reply inbox");
-                return answers;
+                return;
             }
-            Err(_) => return answers,
+            Err(_) => return,
         };
     let len = payload.len() as u64;
     let request = nats.client.publish_with_reply(subject, inbox, payload);
@@ -98,13 +103,14 @@ pub(in crate::cluster) async fn gather(
                 continue;
             }
             received(cluster, msg.payload.len());
-            answers.push(msg.payload);
-            if !young && answers.len() >= expected {
+            if let Some(from) = accept(msg.payload) {
+                awaited.remove(&(from.node, from.epoch));
+            }
+            if !young && awaited.is_empty() {
                 break;
             }
         }
     }
     // Dropping unsubscribes without waiting on NATS.
     drop(sub);
-    answers
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use async_nats::Subject;
 use bytes::Bytes;
+use futures_util::StreamExt as _;
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender, unbounded_channel};
@@ -580,4 +581,68 @@ async fn healthz_names_every_clash_and_each_name_clash_is_counted_once() {
         "cluster me: connected, 2 peers; NAME CLASH: another process runs as me; \
          NAME CLASH: two processes run as n3; SLOT CLASH: slot 1 is also held by n2"
     );
+}
+
+/// A room's opening gathers the live peers' full states until each of them
+/// answered: an answer from a node that was not live when the request went
+/// out (a newcomer, or a forger) does not stand in for a live peer's, so a
+/// joiner's snapshot still holds that peer's members.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opening_waits_for_every_live_peer_not_for_any_answer() {
+    let nats = NatsServer::start().await;
+    let settings = |name: &str, slot| {
+        let mut s = Cluster::test_settings(name, slot);
+        s.urls = vec![nats.url()];
+        s.heartbeat = Duration::from_millis(100);
+        s.node_timeout = Duration::from_secs(60);
+        s.snapshot_timeout = Duration::from_secs(2);
+        s
+    };
+    let mut a = Node::with(settings("a", 1), &[]).await;
+    let mut b = Node::with(settings("b", 2), &[]).await;
+    a.health("connected, 1 peer").await;
+    b.health("connected, 1 peer").await;
+    // b's rooms are fakes that do not answer: the test answers for it on
+    // b's connection, after a stranger "x" has answered first.
+    let forger = b.cluster.nats.as_ref().expect("on NATS").client.clone();
+    let mut requests = forger
+        .subscribe(a.cluster.subjects.snapshot("shared"))
+        .await
+        .expect("subscribes");
+    forger.flush().await.expect("flushed");
+    let b_origin = b.cluster.me().to_pb();
+    let answer = tokio::spawn(async move {
+        let request = requests.next().await.expect("a snapshot request");
+        let inbox = request.reply.expect("a request has an inbox");
+        let full = |origin: &wire::cpb::Origin| {
+            wire::encode_update(
+                origin,
+                wire::UpdateParts {
+                    seq: 1,
+                    full: true,
+                    closed: true,
+                    ..Default::default()
+                },
+            )
+        };
+        let stranger = origin("x", 7, 9).to_pb();
+        forger
+            .publish(inbox.clone(), full(&stranger))
+            .await
+            .expect("published");
+        // NATS keeps one publisher's order: x's answer arrives first.
+        forger
+            .publish(inbox, full(&b_origin))
+            .await
+            .expect("published");
+        forger.flush().await.expect("flushed");
+    });
+    let started = Instant::now();
+    let fulls = within("the opening", a.cluster.open("shared")).await;
+    within("the answers", answer).await.expect("answered");
+    let from: Vec<&str> = fulls.iter().map(|u| &*u.origin.node).collect();
+    assert_eq!(from, ["x", "b"], "both answers, b's awaited");
+    // Ended by b's answer, not by the deadline.
+    assert!(started.elapsed() < Duration::from_millis(1_500));
+    a.cluster.close("shared");
 }
