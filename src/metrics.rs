@@ -434,7 +434,7 @@ impl Metrics {
                     ("cluster_bad_messages", "Cluster messages dropped as malformed or out of range", &self.cluster_bad_messages),
                     ("cluster_nodes_lost", "Peers declared down after the node timeout", &self.cluster_nodes_lost),
                     ("cluster_id_conflicts", "Remote members dropped because their id was taken, and slot clashes seen", &self.cluster_id_conflicts),
-                    ("cluster_subscribe_retries", "Room subscriptions made again after a failure or after their stream ended", &self.cluster_subscribe_retries),
+                    ("cluster_subscribe_retries", "Subscriptions (rooms and control subjects) made again after a failure or after their stream ended", &self.cluster_subscribe_retries),
                     ("cluster_name_clashes", "Two live processes seen under one node name (this node's, or a peer's): once per process heard", &self.cluster_name_clashes),
                     ("cluster_slots_exhausted", "Slot claims of starting nodes answered here while every slot was held (the node refuses to start)", &self.cluster_slots_exhausted),
                 ];

@@ -11,6 +11,7 @@ use tracing::{debug, error, info, warn};
 use super::heartbeat::{observe, to_rooms};
 use super::outbound::{received, send_within};
 use super::repair::full_soon;
+use super::subscribe::{RETRY_FIRST, RETRY_MAX};
 use crate::cluster::wire::{self, cpb};
 use crate::cluster::{Cluster, Inbound, lock};
 
@@ -22,7 +23,10 @@ pub(super) enum Control {
     Counts,
 }
 
-/// Reads one of the control subjects every node subscribes to.
+/// Reads one of the control subjects every node subscribes to, for as long
+/// as the link runs: a subscription that fails, or whose stream ends, is
+/// made again after a back-off (a node deaf to heartbeats or snapshot
+/// requests would never heal).
 pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
     let subject = match kind {
         Control::Heartbeat => cluster.subjects().heartbeats(),
@@ -31,21 +35,30 @@ pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
         Control::Counts => cluster.subjects().counts(),
     };
     let Some(nats) = &cluster.nats else { return };
-    let mut sub = match nats.client.subscribe(subject.clone()).await {
-        Ok(sub) => sub,
-        Err(err) => {
-            error!(%err, %subject, "cluster: cannot subscribe");
-            return;
+    let mut retry = RETRY_FIRST;
+    loop {
+        match nats.client.subscribe(subject.clone()).await {
+            Ok(mut sub) => {
+                retry = RETRY_FIRST;
+                while let Some(msg) = sub.next().await {
+                    received(&cluster, msg.payload.len());
+                    match kind {
+                        Control::Heartbeat => on_heartbeat(&cluster, &msg.payload),
+                        Control::Snapshot => on_snapshot_request(&cluster, &msg).await,
+                        Control::Sync => on_sync_request(&cluster, &msg.payload),
+                        Control::Counts => on_counts_request(&cluster, &msg).await,
+                    }
+                }
+                warn!(%subject, "cluster: a control subscription ended; subscribing again");
+            }
+            Err(err) => {
+                error!(%err, %subject, retry_ms = retry.as_millis() as u64, "cluster: cannot subscribe; trying again");
+            }
         }
-    };
-    while let Some(msg) = sub.next().await {
-        received(&cluster, msg.payload.len());
-        match kind {
-            Control::Heartbeat => on_heartbeat(&cluster, &msg.payload),
-            Control::Snapshot => on_snapshot_request(&cluster, &msg).await,
-            Control::Sync => on_sync_request(&cluster, &msg.payload),
-            Control::Counts => on_counts_request(&cluster, &msg).await,
-        }
+        cluster.metrics.cluster_subscribe_retries.inc();
+        // The link's stop ends this task (`until_stopped`), also here.
+        tokio::time::sleep(retry).await;
+        retry = (retry * 2).min(RETRY_MAX);
     }
 }
 

@@ -88,8 +88,8 @@ pub(in crate::cluster) async fn subscribe_room(
 
 /// The first wait before a room's subscription is made again, doubled
 /// after each failure up to [`RETRY_MAX`].
-const RETRY_FIRST: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(5);
+pub(super) const RETRY_FIRST: Duration = Duration::from_millis(100);
+pub(super) const RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// The subscription to `room` came after its opening gave up waiting:
 /// every live peer is asked for its full state of the room.
