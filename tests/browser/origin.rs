@@ -288,7 +288,8 @@ async fn a_page_gets_the_sdk_three_ways_and_each_joins() {
             let text = std::fs::read_to_string(installed.root.join(rel)).expect("a package file");
             files.insert(format!("/node_modules/@amble/client/{rel}"), text);
         }
-        let (app, app_task) = app_origin_with(three_ways_page(&amble, version, "ways"), files).await;
+        let (app, app_task) =
+            app_origin_with(three_ways_page(&amble, version, "ways"), files).await;
         assert_ne!(app, amble, "two origins");
         let page = browser.open("ways", Viewport::DESKTOP).await;
         page.goto(&format!("{app}/")).await;
@@ -314,7 +315,11 @@ async fn a_page_gets_the_sdk_three_ways_and_each_joins() {
         )
         .await;
         let log: Value = page.eval("() => window.appLog", &[]).await;
-        assert_eq!(log, json!([]), "no warning from a server of the SDK's revision");
+        assert_eq!(
+            log,
+            json!([]),
+            "no warning from a server of the SDK's revision"
+        );
         page.screenshot("three-ways").await;
         let errors = page.close().await;
         assert!(errors.is_empty(), "console errors: {errors:?}");
