@@ -83,6 +83,7 @@ mod tests {
         let hidden = [
             "/amble.d.ts",
             "/README.md",
+            "/LICENSE-MIT",
             "/package.json",
             "/scripts/bundle.mjs",
         ];

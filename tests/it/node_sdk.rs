@@ -119,7 +119,9 @@ fn the_packed_package_holds_the_sdk_and_its_types_check() {
     let (dir, installed) = installed_app();
     let version = env!("CARGO_PKG_VERSION");
     let mut want = vec![
-        "README.md".to_owned(),
+        "LICENSE-APACHE".to_owned(),
+        "LICENSE-MIT".into(),
+        "README.md".into(),
         "amble.d.ts".into(),
         "amble.js".into(),
         "codec.d.ts".into(),

@@ -2176,8 +2176,9 @@ class AmbleClient {
     this.serverVersion = version || null;
     const info = compatibility(revision, version);
     const key = `${version}/${this.serverRevision}`;
-    if (info === null || this.warnedServers.has(key)) return;
-    if (this.warnedServers.size < 16) this.warnedServers.add(key);
+    // Bounded: after 16 releases named, no more warnings.
+    if (info === null || this.warnedServers.has(key) || this.warnedServers.size >= 16) return;
+    this.warnedServers.add(key);
     this.warn(info.text);
     this.emit('compatibility', info);
   }

@@ -1,6 +1,7 @@
 // The versioned bundle, web/dist/amble-<version>.js (web/scripts/bundle.mjs):
 // the committed file is what the script makes from the SDK's modules now,
 // it exports what they export, and its codec round-trips the shared vectors.
+// The package carries the repository's licence texts.
 // The bundler refuses what it does not understand.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -28,6 +29,14 @@ test('the package exports the bundle under ./bundle, with its types', () => {
     types: `./dist/amble-${pkg.version}.d.ts`,
     default: `./dist/${built.name}`,
   });
+});
+
+test("the package's licence files are the repository's", () => {
+  for (const name of ['LICENSE-MIT', 'LICENSE-APACHE']) {
+    const copy = readFileSync(path.join(WEB_DIR, name), 'utf8');
+    assert.ok(copy === readFileSync(path.join(WEB_DIR, '..', name), 'utf8'), `copy ../${name} to web/${name}`);
+    assert.ok(pkg.files.includes(name), name);
+  }
 });
 
 const sdk = await import(`../dist/${built.name}`);

@@ -100,3 +100,13 @@ test('a server at the SDK revision is noted and not warned about', () => {
   assert.equal(c.serverRevision, PROTOCOL_REVISION);
   assert.deepEqual([warnings, events], [[], []]);
 });
+
+test('at most 16 releases are warned about', () => {
+  const { c, welcome, warnings } = client();
+  for (let i = 0; i < 20; i++) {
+    c.join('lobby', 'Me');
+    welcome({ serverVersion: `0.0.${i}`, protocolRevision: 1 });
+  }
+  assert.equal(warnings.length, 16);
+  assert.equal(c.serverVersion, '0.0.19');
+});

@@ -11,7 +11,13 @@ use std::path::{Path, PathBuf};
 /// the bundle's build script).
 const SKIP_DIRS: &[&str] = &["test", "node_modules", "scripts"];
 /// Files under `web/` that are not served: the package's own files.
-const SKIP_FILES: &[&str] = &["package.json", "package-lock.json", "README.md"];
+const SKIP_FILES: &[&str] = &[
+    "package.json",
+    "package-lock.json",
+    "README.md",
+    "LICENSE-MIT",
+    "LICENSE-APACHE",
+];
 /// Endings of files under `web/` that are not served: TypeScript
 /// declarations, for the package only.
 const SKIP_ENDINGS: &[&str] = &[".d.ts"];
