@@ -52,28 +52,25 @@ pub fn install(dir: &Path) -> Installed {
     let tarball = dir.join(name);
     let root = dir.join("node_modules").join(NAME);
     std::fs::create_dir_all(&root).expect("mkdir node_modules/@amble/client");
-    let tar = |args: &[&str]| {
+    let tar = |args: &[&std::ffi::OsStr]| {
         let out = Command::new("tar")
             .args(args)
-            .arg(&tarball)
             .output()
             .expect("tar: `apt-get install tar`");
         assert!(out.status.success(), "tar {args:?}: {out:?}");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
-    let mut files: Vec<String> = tar(&["tzf"])
+    let mut files: Vec<String> = tar(&["tzf".as_ref(), tarball.as_os_str()])
         .lines()
         .map(|l| l.strip_prefix("package/").unwrap_or(l).to_owned())
         .collect();
     files.sort();
-    let out = Command::new("tar")
-        .args(["xzf"])
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&root)
-        .arg("--strip-components=1")
-        .output()
-        .expect("tar");
-    assert!(out.status.success(), "tar xzf: {out:?}");
+    tar(&[
+        "xzf".as_ref(),
+        tarball.as_os_str(),
+        "-C".as_ref(),
+        root.as_os_str(),
+        "--strip-components=1".as_ref(),
+    ]);
     Installed { root, files }
 }
