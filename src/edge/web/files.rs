@@ -19,8 +19,8 @@ const SKIP_FILES: &[&str] = &[
     "LICENSE-APACHE",
 ];
 /// Endings of files under `web/` that are not served: TypeScript
-/// declarations, for the package only.
-const SKIP_ENDINGS: &[&str] = &[".d.ts"];
+/// declarations, for the package only, and a tarball `npm pack` left.
+const SKIP_ENDINGS: &[&str] = &[".d.ts", ".tgz"];
 
 /// The client's files, and the directories below `web/` that hold them.
 pub struct Listing {
