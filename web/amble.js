@@ -12,6 +12,7 @@ import {
   ErrorCode,
   LeaveReason,
   MotionError,
+  PROTOCOL_REVISION,
   SUBPROTOCOL,
   checkPosition,
   checkSpeed,
@@ -23,7 +24,44 @@ import {
 } from './codec.js';
 import { DEFAULT_TUNING, Member } from './member.js';
 
-export { ErrorCode, LeaveReason, Member, SUBPROTOCOL };
+export { ErrorCode, LeaveReason, Member, PROTOCOL_REVISION, SUBPROTOCOL };
+
+/** This SDK's version: the package's (web/package.json), in the bundle's file name too. */
+export const VERSION = '0.1.0';
+
+/**
+ * What each protocol revision added, as a server before it lacks it
+ * (docs/protocol.md, "Compatibility"). Revision 1 is the original.
+ */
+export const REVISION_FEATURES = Object.freeze({
+  2: Object.freeze(['Join.start (where to appear)', 'member data', 'the server version in Welcome']),
+});
+
+/**
+ * How this SDK gets on with a server that sent `serverRevision` and
+ * `serverVersion` in its Welcome (0 and '' from a server before revision
+ * 2, which speaks revision 1): null when the server speaks this SDK's
+ * revision or a newer one, else what it may lack and a sentence naming
+ * both versions. The SDK works on either way; the server ignores what it
+ * does not know.
+ */
+export function compatibility(serverRevision, serverVersion = '') {
+  const revision = serverRevision > 0 ? serverRevision : 1;
+  if (revision >= PROTOCOL_REVISION) return null;
+  const missing = [];
+  for (let r = revision + 1; r <= PROTOCOL_REVISION; r++) missing.push(...(REVISION_FEATURES[r] ?? []));
+  const server = serverVersion ? `amble server ${serverVersion}` : 'this amble server (a release before 0.1.0)';
+  return {
+    serverVersion: serverVersion || null,
+    serverRevision: revision,
+    sdkVersion: VERSION,
+    sdkRevision: PROTOCOL_REVISION,
+    missing,
+    text:
+      `${server} speaks protocol revision ${revision}, older than this SDK's ${PROTOCOL_REVISION} ` +
+      `(amble SDK ${VERSION}): it may not support ${missing.join(', ')}. The SDK works on without them.`,
+  };
+}
 
 /** Connection states, in `client.state` and the `state` event. */
 export const State = Object.freeze({
@@ -321,6 +359,8 @@ function serverUrls(options) {
  * - `pong` (rttMs)
  * - `error` ({ code, message, text, refused }) — Error from the server
  * - `closed` ({ code, reason, error, willReconnect, retryInMs, url, nextUrl, text })
+ * - `compatibility` ({ serverVersion, serverRevision, sdkVersion, sdkRevision, missing, text })
+ *   — once per server release: it speaks an older protocol revision than this SDK
  */
 export class AmbleClient {
   constructor(options = {}) {
@@ -334,6 +374,8 @@ export class AmbleClient {
     this.clearTimer = options.clearTimeout ?? ((id) => clearTimeout(id));
     /** Where exceptions thrown by event handlers go (the browser's reportError by default). */
     this.reportError = options.reportError ?? defaultReportError;
+    /** Where the one warning about an older server goes (console.warn by default). */
+    this.warn = options.warn ?? ((text) => console.warn(text));
     this.reconnect =
       options.reconnect === false ? null : { ...DEFAULT_RECONNECT, ...(options.reconnect ?? {}) };
     this.pingIntervalMs = options.pingIntervalMs ?? 2000;
@@ -371,6 +413,10 @@ export class AmbleClient {
     this.room = null;
     /** The newest Pong's round trip (ms), or null. */
     this.rttMs = null;
+    /** The server's release and protocol revision, from its newest Welcome; null before. */
+    this.serverVersion = null;
+    this.serverRevision = null;
+    this.warnedServers = new Set(); // `${version}/${revision}` already warned about
     /** The last Error the server sent, and the last close. */
     this.lastError = null;
     this.lastClose = null;
@@ -894,6 +940,7 @@ export class AmbleClient {
     const localNow = this.now();
     this.limits = { ...DEFAULT_LIMITS, ...(w.limits ?? {}) };
     this.applyLimits();
+    this.checkServer(w.protocolRevision ?? 0, w.serverVersion ?? '');
     const snapshot = w.snapshot ?? { serverTimeMs: 0, members: [] };
     if (snapshot.serverTimeMs > 0) this.clock.rough(snapshot.serverTimeMs, localNow);
     this.memberId = w.memberId;
@@ -925,6 +972,22 @@ export class AmbleClient {
       limits: this.limits,
       rejoined: previous !== null,
     });
+  }
+
+  /**
+   * Notes the server's version and revision; a server older than this SDK
+   * is warned about once (per version), with a `compatibility` event.
+   */
+  checkServer(revision, version) {
+    this.serverRevision = revision > 0 ? revision : 1;
+    this.serverVersion = version || null;
+    const info = compatibility(revision, version);
+    const key = `${version}/${this.serverRevision}`;
+    // Bounded: after 16 releases named, no more warnings.
+    if (info === null || this.warnedServers.has(key) || this.warnedServers.size >= 16) return;
+    this.warnedServers.add(key);
+    this.warn(info.text);
+    this.emit('compatibility', info);
   }
 
   /** After a reconnect: carry on from where you were, and tell the server. */

@@ -17,10 +17,19 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = '21699cbae05a2da3';
+export const SCHEMA_FNV1A64 = '4470d7edbd3776d2';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
+
+/**
+ * The revision of amble.v1 this codec speaks (docs/protocol.md,
+ * "Compatibility"): 1 the original schema; 2 added Join.start, member data
+ * and Welcome.serverVersion / Welcome.protocolRevision. The server sends
+ * its own in every Welcome; web/test/vectors.json records the server's,
+ * and the codec test checks that the two agree.
+ */
+export const PROTOCOL_REVISION = 2;
 
 /** Motion batch times are truncated to 7 bits (one varint byte). */
 export const MOTION_TIME_MODULUS = 128;
@@ -558,16 +567,20 @@ function encodeWelcome(w, wel) {
   w.string(2, str(wel.room, 'welcome.room'));
   w.message(3, wel.limits, encodeLimits);
   w.message(4, wel.snapshot, encodeSnapshot);
+  w.string(5, str(wel.serverVersion, 'welcome.serverVersion'));
+  w.scalar(6, u32(wel.protocolRevision, 'welcome.protocolRevision'));
 }
 
 const decodeWelcome = kind(
-  () => ({ limits: null, memberId: 0, room: '', snapshot: null }),
+  () => ({ limits: null, memberId: 0, protocolRevision: 0, room: '', serverVersion: '', snapshot: null }),
   (r, n, wt, wel) => {
     switch (n) {
       case 1: wel.memberId = readU32(r, wt, 'Welcome.memberId'); return true;
       case 2: wel.room = readString(r, wt, 'Welcome.room'); return true;
       case 3: wel.limits = readMessage(r, wt, 'Welcome.limits', wel.limits, decodeLimits); return true;
       case 4: wel.snapshot = readMessage(r, wt, 'Welcome.snapshot', wel.snapshot, decodeSnapshot); return true;
+      case 5: wel.serverVersion = readString(r, wt, 'Welcome.serverVersion'); return true;
+      case 6: wel.protocolRevision = readU32(r, wt, 'Welcome.protocolRevision'); return true;
       default: return false;
     }
   },

@@ -64,6 +64,35 @@ mod tests {
         assert!(find("/no-such-file").is_none());
     }
 
+    /// The versioned bundle is served beside the modules it holds, under the
+    /// server's own version (the SDK's and the server's are one release);
+    /// the package's declarations and README and the build script are not.
+    #[test]
+    fn the_versioned_bundle_is_served_and_the_package_files_are_not() {
+        let bundle = format!("/dist/amble-{}.js", env!("CARGO_PKG_VERSION"));
+        let text = std::str::from_utf8(find(&bundle).expect("the bundle")).expect("utf-8");
+        assert!(
+            text.starts_with(&format!("// amble SDK {} ", env!("CARGO_PKG_VERSION"))),
+            "{}",
+            &text[..80.min(text.len())]
+        );
+        assert_eq!(content_type(&bundle), "text/javascript; charset=utf-8");
+        for path in ["/amble.js", "/codec.js", "/member.js"] {
+            assert!(find(path).is_some(), "{path}");
+        }
+        let hidden = [
+            "/amble.d.ts",
+            "/README.md",
+            "/LICENSE-MIT",
+            "/package.json",
+            "/scripts/bundle.mjs",
+        ];
+        for path in hidden {
+            assert!(find(path).is_none(), "{path} is served");
+        }
+        assert!(!ASSETS.iter().any(|(p, _)| p.ends_with(".d.ts")));
+    }
+
     /// build.rs watches the client's files, not `web/` itself, so a file
     /// added at the top of `web/` is embedded only once build.rs runs again.
     #[test]

@@ -22,6 +22,16 @@ pub use pb::{ErrorCode, LeaveReason};
 /// The WebSocket subprotocol a client asks for.
 pub const SUBPROTOCOL: &str = "amble.v1";
 
+/// The revision of `amble.v1` this server speaks, sent in every `Welcome`
+/// (docs/protocol.md, "Compatibility", lists what each added): 1 is the
+/// original schema; 2 added `Join.start`, member data and the server's
+/// version in `Welcome`. `web/codec.js` has the SDK's, checked against this
+/// one through web/test/vectors.json.
+pub const PROTOCOL_REVISION: u32 = 2;
+
+/// The server's release, sent in every `Welcome` as `server_version`.
+pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
+
 /// Motion batch times are truncated to this many values (7 bits, one varint
 /// byte); receivers resolve the wrap with their estimate of server time.
 pub const MOTION_TIME_MODULUS: u64 = 128;

@@ -430,6 +430,8 @@ impl Rooms {
             room: room.to_owned(),
             limits: Some(self.settings.limits),
             snapshot: Some(st.snapshot(now_ms)),
+            server_version: crate::protocol::SERVER_VERSION.to_owned(),
+            protocol_revision: crate::protocol::PROTOCOL_REVISION,
         }));
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.

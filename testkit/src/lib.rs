@@ -12,6 +12,8 @@
 //! compiles once, needs no `#[allow(dead_code)]` in the tests that use part
 //! of it, and depends on nothing but amble and tokio.
 
+pub mod package;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -2,8 +2,13 @@
 //! origin (another port of 127.0.0.1) imports `/amble.js` from amble, reads
 //! `/api/rooms`, and joins a room through the SDK. Without CORS headers on
 //! the client's files Chromium refuses the import ("blocked by CORS
-//! policy").
+//! policy"). Another page gets the SDK each of the three ways an app ships
+//! it (docs/client.md, "Getting the SDK"): amble's `/amble.js`, amble's
+//! versioned bundle, and the npm package served from the app's own origin
+//! through an import map.
 
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use amble::config::Config;
@@ -43,14 +48,24 @@ fn app_page(amble: &str, room: &str, name: &str) -> String {
 /// Serves `page` at every path on 127.0.0.1:0, until dropped: the app's
 /// own origin.
 async fn app_origin(page: String) -> (String, tokio::task::JoinHandle<()>) {
+    app_origin_with(page, HashMap::new()).await
+}
+
+/// As [`app_origin`], and `files` (path → JavaScript) at their own paths.
+async fn app_origin_with(
+    page: String,
+    files: HashMap<String, String>,
+) -> (String, tokio::task::JoinHandle<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = listener.local_addr().expect("addr");
+    let files = Arc::new(files);
     let task = tokio::spawn(async move {
         loop {
             let Ok((mut tcp, _)) = listener.accept().await else {
                 return;
             };
             let page = page.clone();
+            let files = Arc::clone(&files);
             tokio::spawn(async move {
                 let mut head = Vec::new();
                 let mut buf = [0u8; 1024];
@@ -60,10 +75,17 @@ async fn app_origin(page: String) -> (String, tokio::task::JoinHandle<()>) {
                         Ok(n) => head.extend_from_slice(&buf[..n]),
                     }
                 }
+                // "GET /path HTTP/1.1"
+                let head = String::from_utf8_lossy(&head);
+                let path = head.split(' ').nth(1).unwrap_or("/");
+                let (kind, body) = match files.get(path) {
+                    Some(js) => ("text/javascript", js.as_str()),
+                    None => ("text/html", page.as_str()),
+                };
                 let answer = format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: text/html; charset=utf-8\r\n\
-                     content-length: {}\r\nconnection: close\r\n\r\n{page}",
-                    page.len()
+                    "HTTP/1.1 200 OK\r\ncontent-type: {kind}; charset=utf-8\r\n\
+                     content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
                 );
                 let _ = tcp.write_all(answer.as_bytes()).await;
             });
@@ -203,6 +225,104 @@ async fn the_docs_minimal_page_runs_as_written() {
         let errors = ada.close().await;
         assert!(errors.is_empty(), "console errors: {errors:?}");
         host.close().await;
+        app_task.abort();
+    })
+    .await;
+}
+
+/// The page of the three ways: an import map names the package's files on
+/// the app's own origin (as a site serving its `node_modules`, or a
+/// bundler's copy, would); each way's SDK joins `room` as its way's name.
+fn three_ways_page(amble: &str, version: &str, room: &str) -> String {
+    format!(
+        r#"<!doctype html>
+<meta charset="utf-8">
+<title>the SDK three ways</title>
+<script type="importmap">
+{{ "imports": {{ "@amble/client": "/node_modules/@amble/client/amble.js" }} }}
+</script>
+<script type="module">
+  window.appLog = [];
+  window.ways = {{}};
+  window.clients = {{}};
+  const ways = {{
+    served: () => import('{amble}/amble.js'),
+    bundle: () => import('{amble}/dist/amble-{version}.js'),
+    package: () => import('@amble/client'),
+  }};
+  for (const [way, load] of Object.entries(ways)) {{
+    try {{
+      const sdk = await load();
+      const client = new sdk.AmbleClient({{ url: '{ws}/ws', warn: (text) => window.appLog.push(text) }});
+      window.clients[way] = client;
+      client.on('welcome', ({{ me }}) => {{
+        window.ways[way] = {{
+          me: me.name,
+          sdk: [sdk.VERSION, sdk.PROTOCOL_REVISION],
+          server: [client.serverVersion, client.serverRevision],
+        }};
+      }});
+      client.on('error', ({{ text }}) => window.appLog.push(`${{way}}: ${{text}}`));
+      client.join('{room}', way);
+    }} catch (err) {{
+      window.appLog.push(`${{way}}: ${{err}}`);
+    }}
+  }}
+</script>"#,
+        ws = amble.replacen("http", "ws", 1),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_gets_the_sdk_three_ways_and_each_joins() {
+    let browser = Browser::start("a_page_gets_the_sdk_three_ways_and_each_joins").await;
+    within(Duration::from_secs(120), "the whole test", async {
+        let server = Server::with(Config::default()).await;
+        let amble = format!("http://{}", server.addr);
+        let version = env!("CARGO_PKG_VERSION");
+        // The package as npm packs it, its files served by the app.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let installed = testkit::package::install(dir.path());
+        let mut files = HashMap::new();
+        for rel in installed.files.iter().filter(|f| f.ends_with(".js")) {
+            let text = std::fs::read_to_string(installed.root.join(rel)).expect("a package file");
+            files.insert(format!("/node_modules/@amble/client/{rel}"), text);
+        }
+        let (app, app_task) =
+            app_origin_with(three_ways_page(&amble, version, "ways"), files).await;
+        assert_ne!(app, amble, "two origins");
+        let page = browser.open("ways", Viewport::DESKTOP).await;
+        page.goto(&format!("{app}/")).await;
+        let ways = page
+            .wait_for(
+                "a Welcome for each way",
+                "() => Object.keys(window.ways || {}).length === 3 ? window.ways \
+                 : (window.appLog && window.appLog.length ? { log: window.appLog } : null)",
+                &[],
+            )
+            .await;
+        for way in ["served", "bundle", "package"] {
+            assert_eq!(ways[way]["me"], json!(way), "{ways}");
+            assert_eq!(ways[way]["sdk"], json!([version, 2]), "{way}: {ways}");
+            assert_eq!(ways[way]["server"], json!([version, 2]), "{way}: {ways}");
+        }
+        // One room: each way's client sees the other two come in.
+        page.wait_for(
+            "each way's client with the three in its room",
+            "() => Object.values(window.clients).every((c) => \
+             [...c.members.values()].map((m) => m.name).sort().join() === 'bundle,package,served')",
+            &[],
+        )
+        .await;
+        let log: Value = page.eval("() => window.appLog", &[]).await;
+        assert_eq!(
+            log,
+            json!([]),
+            "no warning from a server of the SDK's revision"
+        );
+        page.screenshot("three-ways").await;
+        let errors = page.close().await;
+        assert!(errors.is_empty(), "console errors: {errors:?}");
         app_task.abort();
     })
     .await;

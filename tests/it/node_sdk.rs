@@ -1,7 +1,9 @@
 //! The SDK under Node (issue #19): `web/test/node/join.mjs` joins a room
 //! through `web/amble.js` with Node's own WebSocket, next to a Rust client,
 //! and hears its chat; and against a port where nothing listens it ends
-//! `closed` instead of staying `connecting`.
+//! `closed` instead of staying `connecting`. The same script joins through
+//! the package (`web/` packed by npm, installed as `@amble/client`), whose
+//! TypeScript declarations are checked with tsc.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -92,4 +94,156 @@ async fn an_unreachable_server_ends_closed_under_node() {
         stderr.contains("closed: Can't reach the server."),
         "{stderr}"
     );
+}
+
+/// `web/` packed and installed as `@amble/client` in a fresh directory that
+/// is an ES module app (`"type": "module"`).
+fn installed_app() -> (tempfile::TempDir, testkit::package::Installed) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("package.json"),
+        r#"{ "name": "an-app", "private": true, "type": "module" }"#,
+    )
+    .expect("the app's package.json");
+    let installed = testkit::package::install(dir.path());
+    (dir, installed)
+}
+
+/// The package holds the SDK, its declarations and the bundle, and nothing
+/// of the demo app or the tests; its TypeScript declarations take
+/// web/test/types/usage.ts under `tsc --strict` (Debian's node-typescript),
+/// imported by the package's name and its subpaths, and refuse the misuses
+/// it marks with @ts-expect-error.
+#[test]
+fn the_packed_package_holds_the_sdk_and_its_types_check() {
+    let (dir, installed) = installed_app();
+    let version = env!("CARGO_PKG_VERSION");
+    let mut want = vec![
+        "LICENSE-APACHE".to_owned(),
+        "LICENSE-MIT".into(),
+        "README.md".into(),
+        "amble.d.ts".into(),
+        "amble.js".into(),
+        "codec.d.ts".into(),
+        "codec.js".into(),
+        format!("dist/amble-{version}.d.ts"),
+        format!("dist/amble-{version}.js"),
+        "member.d.ts".into(),
+        "member.js".into(),
+        "package.json".into(),
+    ];
+    want.sort();
+    assert_eq!(installed.files, want);
+    let usage = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("web/test/types/usage.ts");
+    std::fs::copy(&usage, dir.path().join("usage.ts")).expect("copy usage.ts");
+    let out = std::process::Command::new("tsc")
+        .args([
+            "--noEmit",
+            "--strict",
+            "--module",
+            "nodenext",
+            "--moduleResolution",
+            "nodenext",
+            "--target",
+            "es2022",
+            "--lib",
+            "es2022,dom",
+            "usage.ts",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .expect("tsc: scripts/test installs Debian's node-typescript; run `apt-get install node-typescript`");
+    assert!(
+        out.status.success(),
+        "tsc --strict over web/test/types/usage.ts:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The installed package by name: join.mjs, its import changed from the
+/// plain file to `@amble/client`, joins a room on a real server beside a
+/// Rust client and hears its chat; the bundle imported by its subpath
+/// names its version and revision, the server's.
+#[tokio::test]
+async fn the_installed_package_joins_by_name() {
+    let (dir, _installed) = installed_app();
+    let script = std::fs::read_to_string(script()).expect("join.mjs");
+    let plain = "from '../../amble.js';";
+    assert!(script.contains(plain), "join.mjs imports {plain}");
+    let by_name = dir.path().join("join.mjs");
+    std::fs::write(&by_name, script.replace(plain, "from '@amble/client';")).expect("write");
+    std::fs::write(
+        dir.path().join("versions.mjs"),
+        "import { VERSION, PROTOCOL_REVISION } from '@amble/client/bundle';\n\
+         import { SUBPROTOCOL } from '@amble/client/codec';\n\
+         console.log(JSON.stringify({ VERSION, PROTOCOL_REVISION, SUBPROTOCOL }));\n",
+    )
+    .expect("write");
+    let out = Command::new("node")
+        .arg("versions.mjs")
+        .current_dir(dir.path())
+        .output()
+        .await
+        .expect("node");
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!(
+            r#"{{"VERSION":"{}","PROTOCOL_REVISION":{},"SUBPROTOCOL":"amble.v1"}}"#,
+            amble::protocol::SERVER_VERSION,
+            amble::protocol::PROTOCOL_REVISION
+        )
+    );
+
+    let server = TestServer::start().await;
+    let mut ada = server.client().await;
+    // Every Welcome names the server's release and protocol revision.
+    let welcome = ada.join("pkg-room", "Ada").await;
+    assert_eq!(
+        (welcome.server_version.as_str(), welcome.protocol_revision),
+        (env!("CARGO_PKG_VERSION"), 2)
+    );
+    let mut child = Command::new("node")
+        .arg("--experimental-websocket")
+        .arg(&by_name)
+        .args([
+            &server.url("/ws").replacen("http", "ws", 1),
+            "pkg-room",
+            "Packed",
+        ])
+        .current_dir(dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let welcome = within("the packed SDK's Welcome", lines.next_line())
+        .await
+        .expect("read")
+        .expect("a line");
+    assert_eq!(
+        welcome,
+        r#"{"welcome":{"me":"Packed","members":["Ada","Packed"]}}"#
+    );
+    ada.until(|m| match &m.body {
+        Some(S::Joined(j)) => j.member.as_ref().filter(|m| m.name == "Packed").map(drop),
+        _ => None,
+    })
+    .await;
+    ada.send(C::Chat(pb::SendChat {
+        text: "hello package".into(),
+    }))
+    .await;
+    let chat = within("the packed SDK's chat line", lines.next_line())
+        .await
+        .expect("read")
+        .expect("a line");
+    assert_eq!(chat, r#"{"chat":{"from":"Ada","text":"hello package"}}"#);
+    let status = within("the script to exit", child.wait())
+        .await
+        .expect("wait");
+    assert!(status.success(), "{status}");
+    server.stop().await;
 }

@@ -131,7 +131,9 @@ const wire = (id, name, x, y, movedAtMs = EPOCH, walk = null) => ({
 });
 
 function welcome(memberId, members, serverTimeMs = EPOCH, limits = LIMITS) {
-  return { welcome: { memberId, room: 'lobby', limits, snapshot: { serverTimeMs, members } } };
+  return {
+    welcome: { memberId, room: 'lobby', limits, snapshot: { serverTimeMs, members }, serverVersion: '0.1.0', protocolRevision: 2 },
+  };
 }
 
 function setup(options = {}) {

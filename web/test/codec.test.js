@@ -8,6 +8,7 @@ import { readFileSync } from 'node:fs';
 import {
   DecodeError,
   MotionError,
+  PROTOCOL_REVISION,
   SCHEMA_FNV1A64,
   checkPosition,
   decodeClientMessage,
@@ -45,6 +46,14 @@ test('the codec was written for the schema the vectors were made from', () => {
     'vectors.json comes from another schema: update web/codec.js, then SCHEMA_FNV1A64',
   );
   assert.equal(fnv1a64(schema), SCHEMA_FNV1A64, 'proto/amble/v1/amble.proto changed: update web/codec.js');
+});
+
+test('the codec speaks the protocol revision of the server the vectors come from', () => {
+  assert.equal(
+    PROTOCOL_REVISION,
+    doc.protocol_revision,
+    'src/protocol/mod.rs and web/codec.js disagree on PROTOCOL_REVISION: docs/protocol.md "Compatibility"',
+  );
 });
 
 test('the vectors cover every message body', () => {

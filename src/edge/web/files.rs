@@ -1,13 +1,26 @@
-//! Which files under `web/` are the browser client, embedded by the server.
+//! Which files under `web/` are the browser client, embedded by the server:
+//! the SDK's modules, its versioned bundle (`dist/amble-<version>.js`) and
+//! the demo app; not the tests, the build script or the package's README
+//! and TypeScript declarations.
 //! Shared by build.rs, which embeds them and tells cargo to watch them, and
 //! by a test in `web.rs`, which checks that the build saw every one.
 
 use std::path::{Path, PathBuf};
 
-/// Directories under `web/` that hold no part of the client.
-const SKIP_DIRS: &[&str] = &["test", "node_modules"];
-/// Files under `web/` that are not served.
-const SKIP_FILES: &[&str] = &["package.json", "package-lock.json"];
+/// Directories under `web/` that hold no part of the client (`scripts`:
+/// the bundle's build script).
+const SKIP_DIRS: &[&str] = &["test", "node_modules", "scripts"];
+/// Files under `web/` that are not served: the package's own files.
+const SKIP_FILES: &[&str] = &[
+    "package.json",
+    "package-lock.json",
+    "README.md",
+    "LICENSE-MIT",
+    "LICENSE-APACHE",
+];
+/// Endings of files under `web/` that are not served: TypeScript
+/// declarations, for the package only, and a tarball `npm pack` left.
+const SKIP_ENDINGS: &[&str] = &[".d.ts", ".tgz"];
 
 /// The client's files, and the directories below `web/` that hold them.
 pub struct Listing {
@@ -45,7 +58,9 @@ fn collect(root: &Path, dir: &Path, listing: &mut Listing) -> std::io::Result<()
                 listing.dirs.push(path.clone());
                 collect(root, &path, listing)?;
             }
-        } else if !SKIP_FILES.contains(&name.as_str()) {
+        } else if !SKIP_FILES.contains(&name.as_str())
+            && !SKIP_ENDINGS.iter().any(|end| name.ends_with(end))
+        {
             let rel = path
                 .strip_prefix(root)
                 .map_err(std::io::Error::other)?
