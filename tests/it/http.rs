@@ -261,11 +261,16 @@ async fn the_cap_applies_to_the_forwarded_address_behind_a_trusted_proxy() {
     assert!(third.starts_with("HTTP/1.1 429 "), "{third}");
     let other = server.request_head(&upgrade("198.51.100.1")).await;
     assert!(other.starts_with("HTTP/1.1 101 "), "{other}");
-    // A forwarding header that cannot be read falls back to the proxy's
-    // own address, and is counted.
+    // A client hop that cannot be read is an unknown client behind the
+    // proxy, with a place of its own under the cap, and is counted.
     let garbled = server.request_head(&upgrade("not-an-address")).await;
     assert!(garbled.starts_with("HTTP/1.1 101 "), "{garbled}");
-    assert_eq!(server.metric("amble_forwarded_malformed_total").await, 1.0);
+    assert_eq!(
+        server
+            .metric("amble_forwarded_unreadable_total{reason=\"garbage\"}")
+            .await,
+        1.0
+    );
     assert_eq!(
         server
             .metric("amble_address_refusals_total{limit=\"connections\"}")
