@@ -87,6 +87,8 @@ pub struct Metrics {
     pub address_refusals: Family<LimitLabels, Counter<u64, AtomicU64>>,
     /// Forwarding-header hops that could not be read, by reason.
     pub forwarded_unreadable: Family<ReasonLabels, Counter<u64, AtomicU64>>,
+    /// Requests refused for a `Host` that `--allowed-hosts` does not allow.
+    pub host_refused: Counter,
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub metrics_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
     pub auth_jwks_reload_failures: Counter,
@@ -375,6 +377,11 @@ impl Metrics {
                 "forwarded_unreadable",
                 "Upgrades whose client hop in a trusted proxy's forwarding header could not be read, by reason (garbage, unknown, obfuscated, too_many_hops); counted as an unknown client behind that proxy",
                 self.forwarded_unreadable.clone(),
+            );
+            r.register(
+                "host_refused",
+                "Requests refused (421) for a Host that --allowed-hosts does not allow",
+                self.host_refused.clone(),
             );
             r.register(
                 "accept_errors",
