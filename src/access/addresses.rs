@@ -189,23 +189,24 @@ pub fn resolve(
     };
     // The lines from the last, each line's elements from its last: the
     // whole list from the right, lazily.
-    let hops = headers
-        .get_all(name)
-        .iter()
-        .rev()
-        .flat_map(|line| -> Box<dyn Iterator<Item = Hop> + '_> {
-            match line.to_str() {
-                Err(_) => Box::new(std::iter::once(Hop::Unreadable(Unreadable::Garbage))),
-                Ok(line) => match header {
-                    ForwardedHeader::XForwardedFor => {
-                        Box::new(line.rsplit(',').map(|e| read_node(e.trim())))
-                    }
-                    ForwardedHeader::Forwarded => {
-                        Box::new(split_quoted(line, ',').into_iter().rev().map(forwarded_for))
-                    }
-                },
-            }
-        });
+    let hops =
+        headers
+            .get_all(name)
+            .iter()
+            .rev()
+            .flat_map(|line| -> Box<dyn Iterator<Item = Hop> + '_> {
+                match line.to_str() {
+                    Err(_) => Box::new(std::iter::once(Hop::Unreadable(Unreadable::Garbage))),
+                    Ok(line) => match header {
+                        ForwardedHeader::XForwardedFor => {
+                            Box::new(line.rsplit(',').map(|e| read_node(e.trim())))
+                        }
+                        ForwardedHeader::Forwarded => {
+                            Box::new(split_quoted(line, ',').into_iter().rev().map(forwarded_for))
+                        }
+                    },
+                }
+            });
     let mut nearest = peer;
     for (read, hop) in hops.enumerate() {
         if read == MAX_HOPS {

@@ -214,7 +214,12 @@ mod tests {
     fn entries_parse_or_say_why_not() {
         assert_eq!(list(&["*"]), [HostPattern::Any]);
         assert_eq!(
-            list(&["Amble.Example.com", "localhost:3000", "[0:0::1]:80", "10.0.0.1"]),
+            list(&[
+                "Amble.Example.com",
+                "localhost:3000",
+                "[0:0::1]:80",
+                "10.0.0.1"
+            ]),
             [
                 HostPattern::Host {
                     host: "amble.example.com".into(),
@@ -234,7 +239,16 @@ mod tests {
                 },
             ]
         );
-        for bad in ["", "a b", "host:", "host:99999", "[zz]", "[::1", "*.example.com", "::1"] {
+        for bad in [
+            "",
+            "a b",
+            "host:",
+            "host:99999",
+            "[zz]",
+            "[::1",
+            "*.example.com",
+            "::1",
+        ] {
             let err = bad.parse::<HostPattern>().expect_err(bad);
             assert!(err.contains("HOST"), "{bad}: {err}");
         }

@@ -48,7 +48,11 @@ async fn allowed_host(
         .headers()
         .get(header::HOST)
         .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
-    debug!(?host, path = request.uri().path(), "request refused: Host not allowed");
+    debug!(
+        ?host,
+        path = request.uri().path(),
+        "request refused: Host not allowed"
+    );
     host::refusal(&shared.hosts)
 }
 

@@ -577,7 +577,9 @@ async fn a_foreign_host_is_refused_with_421_and_local_ones_served() {
         let response = exchange(&server, request.as_bytes()).await;
         assert!(response.starts_with("HTTP/1.1 421 "), "{response}");
         assert!(
-            response.to_ascii_lowercase().contains("\r\nconnection: close"),
+            response
+                .to_ascii_lowercase()
+                .contains("\r\nconnection: close"),
             "{response}"
         );
         let body = response.split_once("\r\n\r\n").expect("a body").1;
@@ -614,7 +616,10 @@ async fn a_foreign_host_is_refused_with_421_and_local_ones_served() {
     assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
     let local = exchange(&listed, get("localhost", "/healthz").as_bytes()).await;
     assert!(local.starts_with("HTTP/1.1 421 "), "{local}");
-    let any = TestServer::with(config(|c| c.edge.allowed_hosts = vec!["*".parse().expect("*")])).await;
+    let any = TestServer::with(config(|c| {
+        c.edge.allowed_hosts = vec!["*".parse().expect("*")]
+    }))
+    .await;
     let evil = exchange(&any, get("evil.example", "/healthz").as_bytes()).await;
     assert!(evil.starts_with("HTTP/1.1 200 "), "{evil}");
 }

@@ -46,10 +46,7 @@ fn name_of(header: ForwardedHeader) -> &'static str {
 fn from(peer: &str, trusted: &[&str], header: ForwardedHeader, lines: &[&str]) -> Resolved {
     let mut h = HeaderMap::new();
     for line in lines {
-        h.append(
-            name_of(header),
-            HeaderValue::from_str(line).expect("value"),
-        );
+        h.append(name_of(header), HeaderValue::from_str(line).expect("value"));
     }
     resolve(ip(peer), &h, &nets(trusted), header)
 }
@@ -100,7 +97,12 @@ fn only_the_hops_past_our_proxies_are_read() {
         known("203.0.113.9")
     );
     assert_eq!(
-        from("::1", t, FWD, &["for=_hidden, for=unknown, for=198.51.100.2"]),
+        from(
+            "::1",
+            t,
+            FWD,
+            &["for=_hidden, for=unknown, for=198.51.100.2"]
+        ),
         known("198.51.100.2")
     );
 }
@@ -136,7 +138,12 @@ fn an_unreadable_client_hop_is_an_unknown_client_behind_the_nearest_proxy() {
     }
     // Behind a chain of our proxies: the one that forwarded the bad hop.
     assert_eq!(
-        from("127.0.0.1", t, XFF, &["6.6.6.6, garbage, 10.0.0.7, 10.0.0.8"]),
+        from(
+            "127.0.0.1",
+            t,
+            XFF,
+            &["6.6.6.6, garbage, 10.0.0.7, 10.0.0.8"]
+        ),
         unknown("10.0.0.7", Unreadable::Garbage)
     );
     // An empty element between ours, and a second line of garbage.
@@ -173,7 +180,12 @@ fn forwarded_follows_rfc_7239() {
         known("2001:db8:cafe::17")
     );
     assert_eq!(
-        from("127.0.0.1", t, FWD, &["for=192.0.2.60;proto=http;by=203.0.113.43"]),
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &["for=192.0.2.60;proto=http;by=203.0.113.43"]
+        ),
         known("192.0.2.60")
     );
     assert_eq!(
@@ -182,17 +194,35 @@ fn forwarded_follows_rfc_7239() {
     );
     // Section 7.1: several lines are one list.
     assert_eq!(
-        from("127.0.0.1", t, FWD, &["for=192.0.2.43", "for=\"[2001:db8:cafe::17]\", for=127.0.0.1"]),
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &[
+                "for=192.0.2.43",
+                "for=\"[2001:db8:cafe::17]\", for=127.0.0.1"
+            ]
+        ),
         known("2001:db8:cafe::17")
     );
     // A quoted comma or semicolon in another parameter splits nothing.
     assert_eq!(
-        from("127.0.0.1", t, FWD, &["for=192.0.2.1, by=\"a,b;c\";for=198.51.100.9"]),
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &["for=192.0.2.1, by=\"a,b;c\";for=198.51.100.9"]
+        ),
         known("198.51.100.9")
     );
     // IPv6 in brackets with a port, unquoted IPv4 with a port.
     assert_eq!(
-        from("127.0.0.1", t, FWD, &["for=\"[2001:db8::1]:80\";proto=https"]),
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &["for=\"[2001:db8::1]:80\";proto=https"]
+        ),
         known("2001:db8::1")
     );
     assert_eq!(
@@ -240,7 +270,12 @@ fn too_many_trusted_hops_are_an_unknown_client() {
 #[test]
 fn mapped_addresses_are_their_ipv4_selves() {
     assert_eq!(
-        from("::ffff:10.0.0.1", &["10.0.0.0/8"], XFF, &["::ffff:203.0.113.9"]),
+        from(
+            "::ffff:10.0.0.1",
+            &["10.0.0.0/8"],
+            XFF,
+            &["::ffff:203.0.113.9"]
+        ),
         known("203.0.113.9")
     );
 }
