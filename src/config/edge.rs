@@ -1,6 +1,6 @@
 //! The edge's settings: where to listen, and what a connection may do
 //! before it is a WebSocket (HTTP deadlines and sizes, the HTTP connection
-//! cap, allowed origins, the `/metrics` token).
+//! cap, allowed origins and hosts, the `/metrics` token).
 
 use std::fmt;
 use std::net::IpAddr;
