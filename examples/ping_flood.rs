@@ -147,7 +147,7 @@ async fn server_cpu_seconds(server: std::net::SocketAddr) -> anyhow::Result<f64>
     let mut tcp = TcpStream::connect(server)
         .await
         .context("connect for /metrics")?;
-    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: flood\r\nConnection: close\r\n\r\n")
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
         .await?;
     let mut body = String::new();
     timeout(Duration::from_secs(5), tcp.read_to_string(&mut body))

@@ -28,7 +28,7 @@ def requests(port):
           "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
           "Sec-WebSocket-Key: %s\r\n" % (port, KEY))
     return {
-        "healthz": b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        "healthz": b"GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
         "origin": (up + "Origin: https://evil.example\r\n\r\n").encode(),
         "head": (up.replace("GET", "HEAD", 1) + "\r\n").encode(),
     }

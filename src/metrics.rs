@@ -85,7 +85,10 @@ pub struct Metrics {
     pub http_evictions: Counter,
     pub http_refused_full: Counter,
     pub address_refusals: Family<LimitLabels, Counter<u64, AtomicU64>>,
-    pub forwarded_malformed: Counter,
+    /// Forwarding-header hops that could not be read, by reason.
+    pub forwarded_unreadable: Family<ReasonLabels, Counter<u64, AtomicU64>>,
+    /// Requests refused for a `Host` that `--allowed-hosts` does not allow.
+    pub host_refused: Counter,
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub metrics_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
     pub auth_jwks_reload_failures: Counter,
@@ -180,6 +183,15 @@ impl Metrics {
         self.address_refusals
             .get_or_create(&LimitLabels {
                 limit: limit.to_owned(),
+            })
+            .inc();
+    }
+
+    /// Counts one unreadable forwarding hop under its reason.
+    pub fn forwarded_unreadable(&self, reason: &str) {
+        self.forwarded_unreadable
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
             })
             .inc();
     }
@@ -362,9 +374,14 @@ impl Metrics {
                 self.address_refusals.clone(),
             );
             r.register(
-                "forwarded_malformed",
-                "Forwarding headers from trusted proxies that could not be read (the peer was used)",
-                self.forwarded_malformed.clone(),
+                "forwarded_unreadable",
+                "Upgrades whose client hop in a trusted proxy's forwarding header could not be read, by reason (garbage, unknown, obfuscated, too_many_hops); counted as an unknown client behind that proxy",
+                self.forwarded_unreadable.clone(),
+            );
+            r.register(
+                "host_refused",
+                "Requests refused (421) for a Host that --allowed-hosts does not allow",
+                self.host_refused.clone(),
             );
             r.register(
                 "accept_errors",

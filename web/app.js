@@ -6,7 +6,19 @@
 
 import { AmbleClient, ErrorCode, State, nameProblem, roomProblem } from './amble.js';
 import { FloorView, avatarSprite, bubbleSprite, distinctColour, labelSprite } from './view.js';
-import { ReturnFilter, inSeconds, keyBelongsTo, leftVerb, roomStatus, serverUrls, titleFor } from './ui.js';
+import {
+  LastTimer,
+  ReturnFilter,
+  errorInChat,
+  inSeconds,
+  keyBelongsTo,
+  leftVerb,
+  nameLimitHint,
+  outageReason,
+  roomStatus,
+  serverUrls,
+  titleFor,
+} from './ui.js';
 
 const MOVE_SPEED_CM_S = 300; // free movement with the keys
 const WALK_SPEED_CM_S = 300; // click-to-move
@@ -27,6 +39,7 @@ const ui = {
   room: $('room'),
   join: $('join'),
   lobbyError: $('lobby-error'),
+  nameHint: $('name-hint'),
   rooms: $('rooms'),
   roomsStatus: $('rooms-status'),
   roomView: $('room-view'),
@@ -39,6 +52,8 @@ const ui = {
   minimap: $('minimap'),
   hudBox: $('hud'),
   banner: $('banner'),
+  bannerText: $('banner-text'),
+  reconnectNow: $('reconnect-now'),
   hint: $('hint'),
   zoomIn: $('zoom-in'),
   zoomOut: $('zoom-out'),
@@ -67,7 +82,14 @@ const ui = {
 };
 
 // This server, then the other cluster nodes a `?nodes=3000,3001` names: a reconnect tries the next.
-const client = new AmbleClient({ walkSpeed: WALK_SPEED_CM_S, url: serverUrls(location) });
+// The client's timers, so that "Reconnect now" can run its pending reconnect at once.
+const timers = new LastTimer();
+const client = new AmbleClient({
+  walkSpeed: WALK_SPEED_CM_S,
+  url: serverUrls(location),
+  setTimeout: timers.setTimeout,
+  clearTimeout: timers.clearTimeout,
+});
 const view = new FloorView(ui.canvas);
 
 // ------------------------------------------------------------ the members
@@ -240,6 +262,13 @@ function showLobby(message = '') {
   roomsTimer = setInterval(refreshRooms, ROOMS_REFRESH_MS);
 }
 
+/** Says so when the name field has stopped taking letters at its limit. */
+function updateNameHint() {
+  const hint = nameLimitHint(ui.name.value, ui.name.maxLength);
+  if (ui.nameHint.textContent !== hint) ui.nameHint.textContent = hint;
+}
+ui.name.addEventListener('input', updateNameHint);
+
 function setLobbyError(message) {
   ui.lobbyError.textContent = message;
   ui.lobbyError.hidden = !message;
@@ -313,6 +342,8 @@ function clearRoomView() {
   lastOthersAt = -Infinity;
   returning.clear();
   reconnectAt = 0;
+  reconnectWhy = '';
+  pendingRetry = null;
   chatWaitUntil = 0;
   view.highlight(null, 0);
 }
@@ -376,6 +407,8 @@ client.on('welcome', ({ rejoined }) => {
     addNotice('Reconnected.');
   }
   reconnectAt = 0;
+  reconnectWhy = '';
+  pendingRetry = null;
   syncEntries();
   showRoom();
   setBanner('');
@@ -454,7 +487,7 @@ client.on('error', (err) => {
     updateChatStatus();
     return;
   }
-  addNotice(err.text, true);
+  if (errorInChat(err.code)) addNotice(err.text, true);
 });
 
 client.on('closed', (info) => {
@@ -474,17 +507,23 @@ client.on('closed', (info) => {
     return;
   }
   if (info.willReconnect) {
+    // The client set its reconnect timer just before this event.
+    pendingRetry = timers.take();
     if (reconnectAt === 0) {
       const names = [];
       for (const e of entries) if (e !== selfEntry) names.push(e.name);
       returning.dropped(names);
+      reconnectWhy = '';
     }
     reconnectAt = performance.now() + info.retryInMs;
-    reconnectWhy = info.text.replace(/ Reconnecting in .*$/, '');
+    // One outage, one reason: the failed attempts after a restart do not
+    // turn "The server is restarting." into "Can't reach the server.".
+    reconnectWhy = outageReason(reconnectWhy, info.text);
     renderBanner();
     return;
   }
   reconnectAt = 0;
+  pendingRetry = null;
   if (client.state === State.CLOSED) {
     clearRoomView();
     showLobby(info.text);
@@ -497,24 +536,44 @@ client.on('state', () => {
 });
 
 let reconnectAt = 0; // while reconnecting: when the next attempt starts (performance.now)
-let reconnectWhy = '';
+let reconnectWhy = ''; // why, said once for the whole outage
+let pendingRetry = null; // the client's reconnect timer, for "Reconnect now"
 
-/** While reconnecting, one line: why, and when the next attempt is (or that it is under way). */
+/**
+ * While reconnecting, one line: why, and when the next attempt is (or that
+ * it is under way); while waiting for it, a "Reconnect now" button.
+ */
 function renderBanner() {
   if (!reconnectAt || ui.roomView.hidden) return;
   const wait = reconnectAt - performance.now();
+  const waiting = client.state === State.RECONNECTING && wait > 0;
   setBanner(
-    client.state === State.RECONNECTING && wait > 0
-      ? `${reconnectWhy} Reconnecting ${inSeconds(wait)}…`
-      : `${reconnectWhy} Reconnecting…`,
+    waiting ? `${reconnectWhy} Reconnecting ${inSeconds(wait)}…` : `${reconnectWhy} Reconnecting…`,
+    false,
+    waiting,
   );
 }
 
-function setBanner(text, error = false) {
+function setBanner(text, error = false, canReconnectNow = false) {
   ui.banner.hidden = !text;
-  ui.banner.textContent = text;
+  ui.bannerText.textContent = text;
   ui.banner.classList.toggle('err', error);
+  if (ui.reconnectNow.hidden === canReconnectNow) ui.reconnectNow.hidden = !canReconnectNow;
 }
+
+/** "Reconnect now": the next attempt at once, instead of after the backoff. */
+function reconnectNow() {
+  if (client.state !== State.RECONNECTING) return;
+  if (typeof client.reconnectNow === 'function') {
+    client.reconnectNow();
+  } else if (!timers.fireNow(pendingRetry)) {
+    return;
+  }
+  pendingRetry = null;
+  reconnectAt = performance.now();
+  renderBanner();
+}
+ui.reconnectNow.addEventListener('click', reconnectNow);
 
 // ------------------------------------------------------------ chat panel
 
@@ -989,6 +1048,9 @@ Object.defineProperty(window, 'ambleDemo', {
     /** What the last frames' render times were (others' and yours), for clock checks. */
     renderTimes: () => ({ others: lastOthersAt }),
     state: () => client.state,
+    /** While waiting to reconnect: ms until the next attempt is due (null otherwise). */
+    reconnectDueInMs: () =>
+      client.state === State.RECONNECTING && reconnectAt ? reconnectAt - performance.now() : null,
     room: () => client.room,
     limits: () => ({ ...client.limits }),
     stats: () => ({ ...client.stats, rttMs: client.rttMs }),
@@ -1026,6 +1088,7 @@ function clamp(v, lo, hi) {
 // ------------------------------------------------------------------ start
 
 ui.name.value = localStorage.getItem(NAME_KEY) ?? '';
+updateNameHint();
 const hashRoom = decodeURIComponent(location.hash.slice(1));
 if (hashRoom && !roomProblem(hashRoom)) ui.room.value = hashRoom;
 if (hashRoom && !roomProblem(hashRoom) && !nameProblem(ui.name.value)) {

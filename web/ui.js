@@ -1,7 +1,7 @@
 // Small pure pieces of the demo's behaviour (app.js), apart so that Node's
 // test runner can check them without a browser.
 
-import { LeaveReason } from './codec.js';
+import { ErrorCode, LeaveReason } from './codec.js';
 
 /** `LeaveReason.SERVER_LOST`: in a cluster, the member's node stopped or was lost. */
 const SERVER_LOST = LeaveReason.SERVER_LOST ?? 7;
@@ -48,6 +48,85 @@ export function serverUrls(location) {
     urls.push(`${scheme}://${location.hostname}:${canonical}/ws`);
   }
   return urls;
+}
+
+/**
+ * Whether a server Error (not one refusing a Join) goes into the chat as a
+ * notice. SHUTTING_DOWN does not: the connection closes right after it, and
+ * the reconnecting banner says so; one stop, one message.
+ */
+export function errorInChat(code) {
+  return code !== ErrorCode.SHUTTING_DOWN;
+}
+
+/**
+ * The reason the reconnecting banner gives, from the reason it gave so far
+ * in this outage (`current`, '' at its start) and a `closed` event's text.
+ * The first close says why ("The server is restarting."); the failed
+ * attempts that follow ("Can't reach the server.") do not replace it.
+ */
+export function outageReason(current, closeText) {
+  return current || closeText.replace(/ Reconnecting in .*$/, '');
+}
+
+/**
+ * What the name field says under it: nothing, or, once `value` has
+ * reached the field's `maxLength` (where the browser stops taking letters
+ * and cuts a paste), why it took no more.
+ */
+export function nameLimitHint(value, maxLength) {
+  if (!(maxLength > 0) || value.length < maxLength) return '';
+  return `At most ${maxLength} characters.`;
+}
+
+/**
+ * Timers for the client (its `setTimeout` and `clearTimeout` options) that
+ * remember the last one set. When a connection drops, the client sets its
+ * reconnect timer just before it emits `closed`, so the `closed` handler can
+ * `take()` it, and "Reconnect now" can `fireNow()` it: the same attempt,
+ * now instead of after the backoff. (Until the client has a call of its own
+ * for this; app.js prefers `client.reconnectNow` when there is one.)
+ */
+export class LastTimer {
+  constructor(set = (fn, ms) => setTimeout(fn, ms), clear = (id) => clearTimeout(id)) {
+    this.set = set;
+    this.clear = clear;
+    /** Timers set and neither run nor cleared, by id. */
+    this.pending = new Map();
+    this.last = null;
+  }
+
+  setTimeout = (fn, ms) => {
+    const timer = { id: null, fn };
+    timer.id = this.set(() => {
+      if (this.pending.get(timer.id) !== timer) return;
+      this.pending.delete(timer.id);
+      fn();
+    }, ms);
+    this.pending.set(timer.id, timer);
+    this.last = timer;
+    return timer.id;
+  };
+
+  clearTimeout = (id) => {
+    this.pending.delete(id);
+    this.clear(id);
+  };
+
+  /** The timer set last, if it is still pending; it is then no longer "last". */
+  take() {
+    const timer = this.last;
+    this.last = null;
+    return timer && this.pending.get(timer.id) === timer ? timer : null;
+  }
+
+  /** Runs `timer` now instead of when it was due, if it is still pending. */
+  fireNow(timer) {
+    if (!timer || this.pending.get(timer.id) !== timer) return false;
+    this.clearTimeout(timer.id);
+    timer.fn();
+    return true;
+  }
 }
 
 /** The page title: the room, and how many chat messages came while you were away. */

@@ -13,7 +13,7 @@ def rss():
     for l in open(f"/proc/{proc.pid}/status"):
         if l.startswith("VmRSS:"): return int(l.split()[1]) * 1024
 time.sleep(0.5); before = rss()
-head = b"GET / HTTP/1.1\r\nHost: x\r\nX-big: " + b"a" * (384 * 1024)
+head = b"GET / HTTP/1.1\r\nHost: localhost\r\nX-big: " + b"a" * (384 * 1024)
 socks, refused = [], 0
 for _ in range(200):
     s = socket.create_connection((host, int(port))); s.setblocking(False)

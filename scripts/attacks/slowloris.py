@@ -29,7 +29,7 @@ def fetch(path):
     """GET path on a fresh connection: (seconds taken, whole response)."""
     t = time.perf_counter()
     s = socket.create_connection((host, port))
-    s.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+    s.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n".encode())
     data = b""
     while True:
         b = s.recv(65536)
@@ -52,7 +52,7 @@ for _ in range(20):
     get("/healthz")
 time.sleep(0.5)
 before = rss()
-head = b"GET / HTTP/1.1\r\nHost: slow\r\nX-pad: " + b"a" * max(0, head_bytes - 36)
+head = b"GET / HTTP/1.1\r\nHost: localhost\r\nX-pad: " + b"a" * max(0, head_bytes - 41)
 socks = []
 for i in range(n):
     s = socket.create_connection((host, port))

@@ -1,8 +1,10 @@
 //! Client addresses: who is behind a socket, and what one address may hold.
 //!
 //! [`resolve`] names the client of a request: the TCP peer, or, when the
-//! peer is a trusted reverse proxy, the address that proxy forwarded. It is
-//! a pure function. [`Addresses`] keeps, per client address, its open
+//! peer is a trusted reverse proxy, the first hop of the forwarding header,
+//! read from the right, that is not a trusted proxy; a hop that cannot be
+//! read there is an unknown client, limited like any other. It is a pure
+//! function. [`Addresses`] keeps, per client address, its open
 //! sockets (capped) and one join budget shared by all of them, in one
 //! bounded table: an entry lives while its address has a socket open or
 //! its join budget is still refilling.
@@ -75,21 +77,101 @@ pub enum ForwardedHeader {
     Forwarded,
 }
 
-/// What a request's client address was resolved to.
+/// Who a request's client is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ClientId {
+    /// A client known by its address: the peer, or the hop a trusted
+    /// proxy forwarded.
+    Address(IpAddr),
+    /// A client behind the trusted proxy `behind` whose hop could not be
+    /// read (garbage, `unknown`, an obfuscated name, too many hops). Every
+    /// such client of one proxy shares one place in the table: never
+    /// exempt, always limited.
+    UnknownBehind(IpAddr),
+}
+
+impl std::fmt::Display for ClientId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Address(ip) => write!(f, "{ip}"),
+            Self::UnknownBehind(proxy) => write!(f, "unknown behind {proxy}"),
+        }
+    }
+}
+
+/// Why a hop of a forwarding header could not be read: the label of
+/// `amble_forwarded_unreadable_total{reason="..."}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unreadable {
+    /// Not an address, not `unknown`, not an obfuscated name (also an
+    /// empty element, a header line that is not text, a `Forwarded`
+    /// element without `for=`).
+    Garbage,
+    /// `unknown` (RFC 7239 section 6.2; some proxies write it in
+    /// `X-Forwarded-For` too).
+    Unknown,
+    /// An obfuscated identifier such as `_hidden` (RFC 7239 section 6.3).
+    Obfuscated,
+    /// More than [`MAX_HOPS`] trusted proxies in a row.
+    TooManyHops,
+}
+
+impl Unreadable {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Garbage => "garbage",
+            Self::Unknown => "unknown",
+            Self::Obfuscated => "obfuscated",
+            Self::TooManyHops => "too_many_hops",
+        }
+    }
+}
+
+/// What a request's client was resolved to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Resolved {
-    /// The client: the peer, or the address a trusted proxy forwarded.
-    pub ip: IpAddr,
-    /// A trusted proxy sent a forwarding header that could not be read
-    /// (`ip` is then the peer).
-    pub malformed: bool,
+    pub client: ClientId,
+    /// Why the client is unknown, when it is.
+    pub unreadable: Option<Unreadable>,
+}
+
+impl Resolved {
+    fn known(ip: IpAddr) -> Self {
+        Self {
+            client: ClientId::Address(ip),
+            unreadable: None,
+        }
+    }
+
+    fn unknown(behind: IpAddr, why: Unreadable) -> Self {
+        Self {
+            client: ClientId::UnknownBehind(behind),
+            unreadable: Some(why),
+        }
+    }
+}
+
+/// The most trusted hops read from the right before the client is given
+/// up as unknown: real chains have one to three.
+pub const MAX_HOPS: usize = 16;
+
+/// One element of a forwarding header, read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hop {
+    Address(IpAddr),
+    Unreadable(Unreadable),
 }
 
 /// Names the client of a request from `peer`. Only when `peer` is in
-/// `trusted` is `header` read: its addresses are walked from the right
-/// (the hop nearest to us) and the first that is not itself a trusted
-/// proxy is the client. A header that cannot be read, in whole, falls back
-/// to the peer, marked `malformed`.
+/// `trusted` is `header` read; all its lines are one list. The list is read
+/// from the right (the hop nearest to us), only as far as trusted proxies
+/// go: a hop that is a trusted proxy is skipped, the first that is not is
+/// the client. A hop that cannot be read there (garbage, `unknown`, an
+/// obfuscated name), or more than [`MAX_HOPS`] trusted hops, makes the
+/// client [`ClientId::UnknownBehind`] the last trusted hop read (the peer
+/// when it is the rightmost): limited, never exempt. A list of trusted
+/// hops only names its leftmost as the client; no header names the peer.
 pub fn resolve(
     peer: IpAddr,
     headers: &HeaderMap,
@@ -98,60 +180,116 @@ pub fn resolve(
 ) -> Resolved {
     let peer = peer.to_canonical();
     let is_trusted = |ip: &IpAddr| trusted.iter().any(|net| net.contains(ip));
-    let as_peer = |malformed| Resolved {
-        ip: peer,
-        malformed,
-    };
     if !is_trusted(&peer) {
-        return as_peer(false);
+        return Resolved::known(peer);
     }
     let name = match header {
         ForwardedHeader::XForwardedFor => "x-forwarded-for",
         ForwardedHeader::Forwarded => "forwarded",
     };
-    let mut hops = Vec::new();
-    for value in headers.get_all(name) {
-        let Ok(value) = value.to_str() else {
-            return as_peer(true);
-        };
-        for element in value.split(',') {
-            let hop = match header {
-                ForwardedHeader::XForwardedFor => parse_node(element.trim()),
-                ForwardedHeader::Forwarded => forwarded_for(element),
-            };
-            match hop {
-                Some(ip) => hops.push(ip.to_canonical()),
-                None => return as_peer(true),
+    // The lines from the last, each line's elements from its last: the
+    // whole list from the right, lazily.
+    let hops =
+        headers
+            .get_all(name)
+            .iter()
+            .rev()
+            .flat_map(|line| -> Box<dyn Iterator<Item = Hop> + '_> {
+                match line.to_str() {
+                    Err(_) => Box::new(std::iter::once(Hop::Unreadable(Unreadable::Garbage))),
+                    Ok(line) => match header {
+                        ForwardedHeader::XForwardedFor => {
+                            Box::new(line.rsplit(',').map(|e| read_node(e.trim())))
+                        }
+                        ForwardedHeader::Forwarded => {
+                            Box::new(split_quoted(line, ',').into_iter().rev().map(forwarded_for))
+                        }
+                    },
+                }
+            });
+    let mut nearest = peer;
+    for (read, hop) in hops.enumerate() {
+        if read == MAX_HOPS {
+            return Resolved::unknown(nearest, Unreadable::TooManyHops);
+        }
+        match hop {
+            Hop::Unreadable(why) => return Resolved::unknown(nearest, why),
+            Hop::Address(ip) => {
+                let ip = ip.to_canonical();
+                if !is_trusted(&ip) {
+                    return Resolved::known(ip);
+                }
+                nearest = ip;
             }
         }
     }
-    match hops.iter().rev().find(|ip| !is_trusted(ip)) {
-        Some(&ip) => Resolved {
-            ip,
-            malformed: false,
-        },
-        // Every hop is a proxy of ours: the first one is the client.
-        None => hops.first().map_or(as_peer(false), |&ip| Resolved {
-            ip,
-            malformed: false,
-        }),
-    }
+    // Every hop (if any) a proxy of ours: the leftmost is the client.
+    Resolved::known(nearest)
 }
 
-/// The `for=` node of one `Forwarded` element (RFC 7239 section 4), when
-/// it is an address (not `unknown` or an obfuscated name).
-fn forwarded_for(element: &str) -> Option<IpAddr> {
-    let value = element.split(';').find_map(|pair| {
+/// Splits `s` at every `sep` outside a quoted string (RFC 9110 section
+/// 5.6.4: `"..."` with `\` escapes).
+fn split_quoted(s: &str, sep: char) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut start, mut quoted, mut escaped) = (0, false, false);
+    for (i, c) in s.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if quoted && c == '\\' {
+            escaped = true;
+        } else if c == '"' {
+            quoted = !quoted;
+        } else if c == sep && !quoted {
+            parts.push(&s[start..i]);
+            start = i + c.len_utf8();
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+/// The `for=` node of one `Forwarded` element (RFC 7239 section 4).
+fn forwarded_for(element: &str) -> Hop {
+    let value = split_quoted(element, ';').into_iter().find_map(|pair| {
         let (name, value) = pair.split_once('=')?;
         name.trim()
             .eq_ignore_ascii_case("for")
             .then(|| value.trim())
-    })?;
+    });
+    let Some(value) = value else {
+        return Hop::Unreadable(Unreadable::Garbage);
+    };
     let value = match value.strip_prefix('"') {
-        Some(quoted) => quoted.strip_suffix('"')?,
+        Some(quoted) => match quoted.strip_suffix('"') {
+            Some(inner) if !inner.contains(['"', '\\']) => inner,
+            _ => return Hop::Unreadable(Unreadable::Garbage),
+        },
         None => value,
     };
-    parse_node(value)
+    read_node(value)
+}
+
+/// One node: an address (`192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`,
+/// `[2001:db8::1]`, `[2001:db8::1]:4711`), `unknown`, or an obfuscated
+/// name (`_hidden`, `_hidden:_port`).
+fn read_node(node: &str) -> Hop {
+    if let Some(ip) = parse_node(node) {
+        return Hop::Address(ip);
+    }
+    let name = node.split_once(':').map_or(node, |(name, _)| name);
+    if name.eq_ignore_ascii_case("unknown") {
+        return Hop::Unreadable(Unreadable::Unknown);
+    }
+    let obfuscated = name.len() > 1
+        && name.starts_with('_')
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    Hop::Unreadable(if obfuscated {
+        Unreadable::Obfuscated
+    } else {
+        Unreadable::Garbage
+    })
 }
 
 /// `192.0.2.1`, `192.0.2.1:4711`, `2001:db8::1`, `[2001:db8::1]` or
@@ -176,19 +314,30 @@ fn is_port(port: &str) -> bool {
     !port.is_empty() && port.len() <= 5 && port.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Under what an address is counted: an IPv4 address as is, an IPv6
-/// address by its /64 network (what one subscriber is usually given).
+/// Under what a client is counted: an IPv4 address as is, an IPv6
+/// address by its /64 network (what one subscriber is usually given), and
+/// every unknown client behind one proxy together.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct AddressKey(IpAddr);
+pub enum AddressKey {
+    Address(IpAddr),
+    UnknownBehind(IpAddr),
+}
 
 impl AddressKey {
     pub fn of(ip: IpAddr) -> Self {
         match ip.to_canonical() {
-            IpAddr::V4(v4) => Self(IpAddr::V4(v4)),
+            IpAddr::V4(v4) => Self::Address(IpAddr::V4(v4)),
             IpAddr::V6(v6) => {
                 let network = u128::from(v6) & !((1u128 << 64) - 1);
-                Self(IpAddr::V6(Ipv6Addr::from(network)))
+                Self::Address(IpAddr::V6(Ipv6Addr::from(network)))
             }
+        }
+    }
+
+    pub fn of_client(client: ClientId) -> Self {
+        match client {
+            ClientId::Address(ip) => Self::of(ip),
+            ClientId::UnknownBehind(proxy) => Self::UnknownBehind(proxy.to_canonical()),
         }
     }
 }
@@ -205,7 +354,7 @@ pub enum Refusal {
 /// place in the table, held for as long as this value lives.
 #[derive(Debug)]
 pub struct Client {
-    pub ip: IpAddr,
+    pub who: ClientId,
     _lease: Option<Lease>,
 }
 
@@ -282,8 +431,13 @@ impl Addresses {
             .any(|net| net.contains(&ip.to_canonical()))
     }
 
-    fn is_exempt(&self, ip: IpAddr) -> bool {
-        self.exempt_loopback && ip.to_canonical().is_loopback()
+    /// Only a known loopback client is exempt, never an unknown one
+    /// behind a loopback proxy.
+    fn is_exempt(&self, client: ClientId) -> bool {
+        match client {
+            ClientId::Address(ip) => self.exempt_loopback && ip.to_canonical().is_loopback(),
+            ClientId::UnknownBehind(_) => false,
+        }
     }
 
     /// Admits a socket from `peer` at accept. A trusted proxy is not
@@ -293,7 +447,7 @@ impl Addresses {
         if self.is_trusted(peer) {
             return Ok(None);
         }
-        self.lease(peer)
+        self.lease(ClientId::Address(peer))
     }
 
     /// The client of a WebSocket upgrade from `peer`. Behind a trusted
@@ -306,28 +460,28 @@ impl Addresses {
         headers: &HeaderMap,
     ) -> Result<Client, Refusal> {
         let resolved = resolve(peer, headers, &self.trusted, self.header);
-        if resolved.malformed {
-            self.metrics.forwarded_malformed.inc();
+        if let Some(why) = resolved.unreadable {
+            self.metrics.forwarded_unreadable(why.label());
         }
         if !self.is_trusted(peer) {
             return Ok(Client {
-                ip: resolved.ip,
+                who: resolved.client,
                 _lease: None,
             });
         }
-        let lease = self.lease(resolved.ip)?;
+        let lease = self.lease(resolved.client)?;
         Ok(Client {
-            ip: resolved.ip,
+            who: resolved.client,
             _lease: lease,
         })
     }
 
-    /// A place under `ip`'s cap, or `None` when `ip` is exempt.
-    fn lease(self: &Arc<Self>, ip: IpAddr) -> Result<Option<Lease>, Refusal> {
-        if self.is_exempt(ip) {
+    /// A place under `client`'s cap, or `None` when it is exempt.
+    fn lease(self: &Arc<Self>, client: ClientId) -> Result<Option<Lease>, Refusal> {
+        if self.is_exempt(client) {
             return Ok(None);
         }
-        let key = AddressKey::of(ip);
+        let key = AddressKey::of_client(client);
         let now = Instant::now();
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         if !table.entries.contains_key(&key) {
@@ -378,10 +532,10 @@ impl Addresses {
     /// Takes one join from `client`'s address budget, or says when the
     /// next one is allowed. Exempt clients always may.
     pub fn admit_join(&self, client: &Client, now: Instant) -> Result<(), Instant> {
-        if self.is_exempt(client.ip) {
+        if self.is_exempt(client.who) {
             return Ok(());
         }
-        let key = AddressKey::of(client.ip);
+        let key = AddressKey::of_client(client.who);
         let mut table = self.table.lock().unwrap_or_else(|p| p.into_inner());
         // A client's socket holds a lease, so its entry is there; should it
         // not be, the join is let through rather than growing the table.

@@ -1,6 +1,6 @@
 //! The edge's settings: where to listen, and what a connection may do
 //! before it is a WebSocket (HTTP deadlines and sizes, the HTTP connection
-//! cap, allowed origins, the `/metrics` token).
+//! cap, allowed origins and hosts, the `/metrics` token).
 
 use std::fmt;
 use std::net::IpAddr;
@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::edge::host::HostPattern;
 use crate::edge::origin::OriginPattern;
 
 /// Where amble listens and how it treats connections before the upgrade.
@@ -82,6 +83,21 @@ pub struct EdgeConfig {
     /// Without it /metrics is open to anyone who can reach the server.
     #[arg(long, display_order = 34, env = "AMBLE_METRICS_TOKEN_FILE")]
     pub metrics_token_file: Option<PathBuf>,
+
+    /// The hosts this server answers for (against DNS rebinding): every
+    /// request (HTTP or WebSocket) whose `Host` is not one gets 421. Each
+    /// entry is HOST (any port) or HOST:PORT; `*` allows any. Without the
+    /// flag: on a loopback address, localhost, 127.0.0.1 and [::1]; on any
+    /// other address, any host. Behind a proxy that passes the browser's
+    /// `Host`, list the public name.
+    #[arg(
+        long,
+        display_order = 64,
+        env = "AMBLE_ALLOWED_HOSTS",
+        value_delimiter = ',',
+        value_name = "HOST"
+    )]
+    pub allowed_hosts: Vec<HostPattern>,
 }
 
 impl EdgeConfig {

@@ -444,6 +444,7 @@ mod tests {
                 "auth-issuer",
                 "auth-leeway-secs",
                 "auth-jwks-file",
+                "allowed-hosts",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -1,8 +1,9 @@
 //! Everything before a WebSocket exists: the accept loop ([`listener`]),
 //! one HTTP/1.1 connection with its pool ([`http`]) and deadlines ([`watch`]), the
 //! routes ([`routes`]), the upgrade ([`upgrade`]) and what is refused at the
-//! door: a bad opening handshake ([`handshake`]), a foreign page
-//! ([`origin`]), a scraper without the token ([`metrics_token`]). [`web`]
+//! door: a `Host` this server does not answer for ([`host`]), a bad opening
+//! handshake ([`handshake`]), a foreign page ([`origin`]), a scraper without
+//! the token ([`metrics_token`]). [`web`]
 //! serves the browser client embedded from `web/`, readable from other
 //! origins ([`cors`]).
 //!
@@ -11,6 +12,7 @@
 
 mod cors;
 pub mod handshake;
+pub mod host;
 pub mod http;
 pub mod listener;
 pub mod metrics_token;

@@ -10,10 +10,12 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get};
+use tracing::debug;
 
 use crate::server::shared::Shared;
 
 use super::cors::{self, Readers};
+use super::host;
 use super::upgrade::upgrade;
 use super::web;
 
@@ -24,7 +26,34 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/api/rooms", get(rooms).options(rooms_preflight))
         .route("/metrics", get(metrics))
         .fallback(any(client))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&shared),
+            allowed_host,
+        ))
         .with_state(shared)
+}
+
+/// Refuses, before any route, a request whose `Host` this server does not
+/// answer for (`--allowed-hosts`; see [`host`]).
+async fn allowed_host(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if shared.hosts.admits(request.uri(), request.headers()) {
+        return next.run(request).await;
+    }
+    shared.metrics.host_refused.inc();
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned());
+    debug!(
+        ?host,
+        path = request.uri().path(),
+        "request refused: Host not allowed"
+    );
+    host::refusal(&shared.hosts)
 }
 
 #[derive(serde::Serialize)]

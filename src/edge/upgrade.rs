@@ -85,7 +85,7 @@ pub(super) async fn upgrade(
     let span = tracing::debug_span!(
         "conn",
         %peer,
-        client = %client.ip,
+        client = %client.who,
         room = tracing::field::Empty,
         member = tracing::field::Empty
     );

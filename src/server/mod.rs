@@ -130,10 +130,19 @@ pub async fn serve_started(
             ehttp = capacity.http,
         );
     }
-    let port = listener.local_addr().map_err(StartError::Listener)?.port();
+    let local = listener.local_addr().map_err(StartError::Listener)?;
+    let port = local.port();
     let cluster_settings =
         cluster::ClusterSettings::from_config(&config.cluster, config.room.tick_ms, port)?;
-    let shared = shared::state(config, metrics, gate, metrics_token, capacity, open_files);
+    let shared = shared::state(
+        local.ip(),
+        config,
+        metrics,
+        gate,
+        metrics_token,
+        capacity,
+        open_files,
+    );
     let http = Http::new(Arc::clone(&shared), capacity.http as usize);
     if let Some(settings) = cluster_settings {
         let cluster = cluster::link::start(

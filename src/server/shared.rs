@@ -15,6 +15,7 @@ use crate::access::addresses::Addresses;
 use crate::access::auth::Gate;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::edge::host::AllowedHosts;
 use crate::edge::metrics_token::MetricsToken;
 use crate::metrics::Metrics;
 use crate::protocol::{Position, Rules};
@@ -42,13 +43,19 @@ pub struct Shared {
     pub sockets: TaskTracker,
     /// The bearer token `/metrics` requires, if one is configured.
     pub metrics_token: Option<MetricsToken>,
+    /// Which `Host` a request may name (`--allowed-hosts`, or the default
+    /// for the address the server listens on).
+    pub hosts: AllowedHosts,
     /// This node's cluster membership (`--nats`), set once at start.
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 /// The shared state of a server, with no listener: [`serve`](super::serve)
 /// builds it, and tests serve connections over in-memory pipes with it.
+/// `local` is the address the server listens on (it decides the default
+/// of `--allowed-hosts`).
 pub(crate) fn state(
+    local: std::net::IpAddr,
     config: Config,
     metrics: Arc<Metrics>,
     gate: Gate,
@@ -93,6 +100,7 @@ pub(crate) fn state(
         shutdown: CancellationToken::new(),
         sockets: TaskTracker::new(),
         metrics_token,
+        hosts: AllowedHosts::new(&config.edge.allowed_hosts, local),
         cluster: std::sync::OnceLock::new(),
         config,
     })

@@ -132,7 +132,12 @@ impl TestServer {
 
     /// `GET path`, returning the status line and body.
     pub async fn get(&self, path: &str) -> (String, String) {
-        let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        // The Host a client of this address sends (a server on loopback
+        // answers only for local names, see `--allowed-hosts`).
+        let req = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.addr
+        );
         let text = self.request(&req).await;
         let (head, body) = text.split_once("\r\n\r\n").expect("http response");
         (

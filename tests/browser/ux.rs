@@ -296,6 +296,104 @@ async fn the_lobby_says_when_the_server_is_down_and_recovers() {
     .await;
 }
 
+/// Issue 18, "Demo faults a user met": one stop says one thing; after a long
+/// outage "Reconnect now" does not wait out the backoff; the name field says
+/// when it stops taking letters; an error in the lobby does not move the card.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconnect_now_one_message_per_stop_and_the_name_limit() {
+    let browser = Browser::start("reconnect_now_one_message_per_stop_and_the_name_limit").await;
+    within(Duration::from_secs(150), "the whole test", async {
+        let server = Server::with(Config::default()).await;
+        let addr = server.addr;
+        let eve = browser.open("eve", Viewport::DESKTOP).await;
+
+        // The name field: 40 letters typed, 32 taken, and it says so.
+        eve.goto(&server.url("/")).await;
+        let card = eve.rect(".lobby-card").await;
+        assert_eq!(eve.text("#name-hint").await, "", "no hint before the limit");
+        eve.fill("#name", &"n".repeat(40)).await;
+        assert_eq!(eve.value("#name").await.len(), 32);
+        eve.wait_for(
+            "the name limit said",
+            "() => /At most 32 characters/.test(document.getElementById('name-hint').textContent)",
+            &[],
+        )
+        .await;
+        eve.wait_visible("#name-hint").await;
+        // An error in the lobby keeps the card where it was.
+        eve.fill("#room", "bad room").await;
+        eve.click("#join").await;
+        eve.wait_visible("#lobby-error").await;
+        let with_error = eve.rect(".lobby-card").await;
+        assert_eq!(
+            (with_error.y, with_error.height),
+            (card.y, card.height),
+            "the card does not jump when an error shows"
+        );
+        eve.screenshot("name-limit-and-error").await;
+        join(&eve, &server, "stops", "Eve").await;
+
+        // One stop: the restart, said once, in the banner; nothing in the chat.
+        server.stop().await;
+        eve.wait_for(
+            "the reconnecting banner",
+            "() => /Reconnecting/.test(document.getElementById('banner-text').textContent)",
+            &[],
+        )
+        .await;
+        // Long enough down that the backoff is seconds.
+        eve.wait_for_within(
+            Duration::from_secs(40),
+            "a backoff of 3 s or more",
+            "() => window.ambleDemo.reconnectDueInMs() > 3000",
+            &[],
+        )
+        .await;
+        let banner = eve.text("#banner-text").await;
+        assert!(banner.starts_with("The server went away. Reconnecting in") || banner.starts_with("The server is restarting. Reconnecting in"), "{banner}");
+        assert!(!banner.contains("Can't reach"), "one reason for one stop: {banner}");
+        let notices: Vec<String> = eve
+            .eval(
+                "() => [...document.querySelectorAll('#messages .notice')].map((n) => n.textContent)",
+                &[],
+            )
+            .await;
+        assert!(
+            notices.iter().all(|n| !n.contains("restarting") && !n.contains("reach")),
+            "the stop is not said again in the chat: {notices:?}"
+        );
+        eve.wait_visible("#reconnect-now").await;
+        eve.screenshot("reconnect-now").await;
+
+        // Back up: "Reconnect now" rejoins before the backoff is over.
+        let server = Server::at(addr, Config::default()).await;
+        let due: f64 = eve
+            .eval(
+                "() => { const due = window.ambleDemo.reconnectDueInMs(); window.dueAt = performance.now() + due; return due; }",
+                &[],
+            )
+            .await;
+        assert!(due > 1000.0, "the backoff still has {due} ms to go");
+        eve.click("#reconnect-now").await;
+        eve.wait_for(
+            "Eve back in the room",
+            "() => window.ambleDemo.state() === 'joined'",
+            &[],
+        )
+        .await;
+        let early: bool = eve.eval("() => performance.now() < window.dueAt", &[]).await;
+        assert!(early, "rejoined before the backoff would have retried");
+        eve.wait_for("the banner gone", "() => document.getElementById('banner').hidden", &[])
+            .await;
+        assert!(!eve.is_visible("#reconnect-now").await);
+
+        let errors = eve.close().await;
+        assert_eq!(errors, Vec::<String>::new(), "no errors in the page");
+        server.stop().await;
+    })
+    .await;
+}
+
 /// Records, for `ms`, every frame's render time for others and where the
 /// walker is drawn, while the page's main thread is kept busy in bursts
 /// (messages and Pongs handled late, as under CPU load). Returns

@@ -366,7 +366,7 @@ async fn a_bad_websocket_handshake_is_refused_with_a_reason() {
     let key = "dGhlIHNhbXBsZSBub25jZQ==";
     let upgrade = |extra: &str| {
         format!(
-            "GET /ws HTTP/1.1\r\nHost: test\r\nConnection: Upgrade, close\r\n\
+            "GET /ws HTTP/1.1\r\nHost: localhost\r\nConnection: Upgrade, close\r\n\
              Upgrade: websocket\r\n{extra}\r\n"
         )
     };
@@ -406,7 +406,7 @@ async fn a_bad_websocket_handshake_is_refused_with_a_reason() {
     // The RFC 6455 sample key; no subprotocol offered, none chosen.
     let head = server
         .request_head(&format!(
-            "GET /ws HTTP/1.1\r\nHost: test\r\nConnection: keep-alive, Upgrade\r\n\
+            "GET /ws HTTP/1.1\r\nHost: localhost\r\nConnection: keep-alive, Upgrade\r\n\
              Upgrade: WebSocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {key}\r\n\r\n"
         ))
         .await

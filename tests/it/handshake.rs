@@ -97,7 +97,7 @@ async fn repeated_handshake_headers_and_a_missing_host_get_400() {
             "repeated Sec-WebSocket-Version header",
         ),
         (
-            upgrade("GET", host, "Host: elsewhere.example\r\n"),
+            upgrade("GET", host, "Host: localhost\r\n"),
             "repeated Host header",
         ),
         (
@@ -236,7 +236,7 @@ async fn scrape(server: &TestServer, authorization: Option<&str>) -> String {
         .unwrap_or_default();
     server
         .request(&format!(
-            "GET /metrics HTTP/1.1\r\nHost: test\r\n{auth}Connection: close\r\n\r\n"
+            "GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}Connection: close\r\n\r\n"
         ))
         .await
 }

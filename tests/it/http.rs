@@ -39,7 +39,7 @@ async fn slowloris(server: &TestServer) -> TcpStream {
     let mut tcp = within("connect", TcpStream::connect(server.addr))
         .await
         .expect("connect");
-    tcp.write_all(b"GET / HTTP/1.1\r\nHost: slow\r\nX-a: ")
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nX-a: ")
         .await
         .expect("write");
     tcp
@@ -73,14 +73,14 @@ async fn a_silent_connection_gets_the_header_deadline_too() {
 async fn a_head_over_the_size_limit_gets_431() {
     let server = TestServer::with(config(|c| c.edge.http_max_header_bytes = 4_096)).await;
     let big = format!(
-        "GET /healthz HTTP/1.1\r\nHost: test\r\nX-big: {}\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nX-big: {}\r\n\r\n",
         "a".repeat(8_000)
     );
     let response = exchange(&server, big.as_bytes()).await;
     assert!(response.starts_with("HTTP/1.1 431 "), "{response}");
     // Just under the limit is served.
     let fits = format!(
-        "GET /healthz HTTP/1.1\r\nHost: test\r\nConnection: close\r\nX-fits: {}\r\n\r\n",
+        "GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nX-fits: {}\r\n\r\n",
         "a".repeat(3_900)
     );
     let response = exchange(&server, fits.as_bytes()).await;
@@ -94,7 +94,7 @@ async fn a_head_over_the_size_limit_gets_431() {
 async fn two_hundred_oversized_heads_are_each_refused_at_16_kib() {
     let server = TestServer::start().await;
     let head = format!(
-        "GET / HTTP/1.1\r\nHost: test\r\nX-big: {}",
+        "GET / HTTP/1.1\r\nHost: localhost\r\nX-big: {}",
         "a".repeat(20_000)
     );
     let mut sockets = Vec::new();
@@ -128,7 +128,7 @@ async fn a_kept_alive_connection_is_closed_after_the_idle_deadline() {
     }))
     .await;
     let mut tcp = TcpStream::connect(server.addr).await.expect("connect");
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .expect("write");
     let mut buf = [0u8; 1_024];
@@ -139,7 +139,7 @@ async fn a_kept_alive_connection_is_closed_after_the_idle_deadline() {
     let answered = Instant::now();
     // Idle past the head deadline but within the idle one: still served.
     tokio::time::sleep(Duration::from_millis(3_000)).await;
-    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: test\r\n\r\n")
+    tcp.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
         .await
         .expect("write");
     let n = within("the second response", tcp.read(&mut buf))
@@ -197,7 +197,7 @@ async fn an_address_over_its_cap_is_refused_with_429() {
     let (_a, _) = server.joined("lobby", "a").await;
     let (_b, _) = server.joined("lobby", "b").await;
     let held = slowloris(&server).await;
-    let response = exchange(&server, b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n").await;
+    let response = exchange(&server, b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").await;
     assert!(response.starts_with("HTTP/1.1 429 "), "{response}");
     assert!(response.contains("too many connections from your address"));
     drop(held);
@@ -205,7 +205,7 @@ async fn an_address_over_its_cap_is_refused_with_429() {
     let (status, _) = within("a place under the cap", async {
         loop {
             let response = server
-                .request("GET /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+                .request("GET /healthz HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
                 .await;
             if response.starts_with("HTTP/1.1 200 ") {
                 break (response, ());
@@ -239,7 +239,7 @@ async fn the_cap_applies_to_the_forwarded_address_behind_a_trusted_proxy() {
     .await;
     let upgrade = |forwarded: &str| {
         format!(
-            "GET /ws HTTP/1.1\r\nHost: t\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+            "GET /ws HTTP/1.1\r\nHost: localhost\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\
              X-Forwarded-For: {forwarded}\r\n\r\n"
         )
@@ -261,11 +261,16 @@ async fn the_cap_applies_to_the_forwarded_address_behind_a_trusted_proxy() {
     assert!(third.starts_with("HTTP/1.1 429 "), "{third}");
     let other = server.request_head(&upgrade("198.51.100.1")).await;
     assert!(other.starts_with("HTTP/1.1 101 "), "{other}");
-    // A forwarding header that cannot be read falls back to the proxy's
-    // own address, and is counted.
+    // A client hop that cannot be read is an unknown client behind the
+    // proxy, with a place of its own under the cap, and is counted.
     let garbled = server.request_head(&upgrade("not-an-address")).await;
     assert!(garbled.starts_with("HTTP/1.1 101 "), "{garbled}");
-    assert_eq!(server.metric("amble_forwarded_malformed_total").await, 1.0);
+    assert_eq!(
+        server
+            .metric("amble_forwarded_unreadable_total{reason=\"garbage\"}")
+            .await,
+        1.0
+    );
     assert_eq!(
         server
             .metric("amble_address_refusals_total{limit=\"connections\"}")
@@ -338,7 +343,7 @@ async fn under_a_256_file_limit_300_slowloris_sockets_lock_nobody_out() {
     for _ in 0..300 {
         let mut tcp = TcpStream::connect(addr).await.expect("connect");
         let _ = tcp
-            .write_all(b"GET / HTTP/1.1\r\nHost: slow\r\nX-a: ")
+            .write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nX-a: ")
             .await;
         attackers.push(tcp);
     }
@@ -379,7 +384,7 @@ struct Remote {
 impl Remote {
     async fn get(&self, path: &str) -> (String, String) {
         let mut tcp = TcpStream::connect(self.addr).await.expect("connect");
-        let req = format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n");
+        let req = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
         tcp.write_all(req.as_bytes()).await.expect("write");
         let text = read_to_close(&mut tcp).await;
         let (head, body) = text.split_once("\r\n\r\n").expect("http response");
@@ -544,4 +549,77 @@ print(len(names), " ".join(sorted(names)))
         );
     }
     server.stop().await;
+}
+
+/// Issue #18, DNS rebinding: a server on loopback answers only for local
+/// names. `Host: evil.example` gets 421 and a JSON error, on an HTTP route
+/// and on the WebSocket upgrade, counted; localhost still works, and
+/// `--allowed-hosts` names others.
+#[tokio::test]
+async fn a_foreign_host_is_refused_with_421_and_local_ones_served() {
+    let server = TestServer::start().await;
+    let get = |host: &str, path: &str| {
+        format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")
+    };
+    let upgrade = |host: &str, origin: &str| {
+        format!(
+            "GET /ws HTTP/1.1\r\nHost: {host}\r\nOrigin: {origin}\r\nUpgrade: websocket\r\n\
+             Connection: Upgrade\r\nSec-WebSocket-Version: 13\r\n\
+             Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+    };
+    for request in [
+        get("evil.example", "/api/rooms"),
+        get(&format!("evil.example:{}", server.addr.port()), "/"),
+        // The rebinding page: its Origin and Host agree.
+        upgrade("evil.example", "http://evil.example"),
+    ] {
+        let response = exchange(&server, request.as_bytes()).await;
+        assert!(response.starts_with("HTTP/1.1 421 "), "{response}");
+        assert!(
+            response
+                .to_ascii_lowercase()
+                .contains("\r\nconnection: close"),
+            "{response}"
+        );
+        let body = response.split_once("\r\n\r\n").expect("a body").1;
+        let json: serde_json::Value = serde_json::from_str(body).expect("JSON");
+        assert_eq!(json["error"]["code"], "host_not_allowed", "{body}");
+        assert!(
+            json["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("--allowed-hosts")),
+            "{body}"
+        );
+    }
+    assert_eq!(server.metric("amble_host_refused_total").await, 3.0);
+
+    // Local names, with the port or without, are served; so is a client.
+    for host in [
+        server.addr.to_string(),
+        "localhost".to_owned(),
+        format!("localhost:{}", server.addr.port()),
+        "[::1]:1".to_owned(),
+    ] {
+        let response = exchange(&server, get(&host, "/healthz").as_bytes()).await;
+        assert!(response.starts_with("HTTP/1.1 200 "), "{host}: {response}");
+    }
+    let (mut a, _) = server.joined("lobby", "a").await;
+    a.ping().await;
+
+    // Listed hosts replace the default; `*` allows any.
+    let listed = TestServer::with(config(|c| {
+        c.edge.allowed_hosts = vec!["amble.example.com".parse().expect("host")];
+    }))
+    .await;
+    let ok = exchange(&listed, get("AMBLE.example.com:443", "/healthz").as_bytes()).await;
+    assert!(ok.starts_with("HTTP/1.1 200 "), "{ok}");
+    let local = exchange(&listed, get("localhost", "/healthz").as_bytes()).await;
+    assert!(local.starts_with("HTTP/1.1 421 "), "{local}");
+    let any = TestServer::with(config(|c| {
+        c.edge.allowed_hosts = vec!["*".parse().expect("*")]
+    }))
+    .await;
+    let evil = exchange(&any, get("evil.example", "/healthz").as_bytes()).await;
+    assert!(evil.starts_with("HTTP/1.1 200 "), "{evil}");
 }

@@ -215,7 +215,7 @@ async fn shutdown_is_bounded_even_with_a_stuck_http_client() {
     let mut stuck = within("connect", socket.connect(server.addr))
         .await
         .expect("connect");
-    let request = "GET /metrics HTTP/1.1\r\nHost: test\r\n\r\n".repeat(200);
+    let request = "GET /metrics HTTP/1.1\r\nHost: localhost\r\n\r\n".repeat(200);
     let _ = tokio::time::timeout(
         std::time::Duration::from_secs(2),
         stuck.write_all(request.as_bytes()),

@@ -205,7 +205,16 @@ fn the_documented_config_has_the_blocks_the_tests_run() {
 
 #[tokio::test]
 async fn a_websocket_client_joins_and_moves_through_nginx() {
-    let server = TestServer::with(config(|c| c.room.tick_ms = 10)).await;
+    // As docs/security.md runs it: answering for the public name (and for
+    // 127.0.0.1, the name this test reaches nginx by).
+    let server = TestServer::with(config(|c| {
+        c.room.tick_ms = 10;
+        c.edge.allowed_hosts = vec![
+            "amble.test".parse().expect("host"),
+            "127.0.0.1".parse().expect("host"),
+        ];
+    }))
+    .await;
     let nginx = Nginx::before(server.addr).await;
     let url = format!("ws://{}/ws", nginx.addr);
     let mut watcher = Client::connect(&url).await;
@@ -232,6 +241,13 @@ async fn a_websocket_client_joins_and_moves_through_nginx() {
         .await;
     assert!(metrics.starts_with("HTTP/1.1 403"), "{metrics}");
     assert_eq!(server.metric("amble_connections").await, 2.0);
+    // nginx passes any Host on; amble answers only for its own.
+    let rebound = nginx
+        .request("GET /api/rooms HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n")
+        .await;
+    assert!(rebound.starts_with("HTTP/1.1 421"), "{rebound}");
+    assert!(rebound.contains("\"host_not_allowed\""), "{rebound}");
+    assert_eq!(server.metric("amble_host_refused_total").await, 1.0);
 }
 
 #[tokio::test]
@@ -333,4 +349,73 @@ async fn amble_sees_the_client_address_nginx_forwards() {
             .await,
         1.0
     );
+}
+
+/// A forwarding header amble cannot read does not make the client the
+/// proxy (exempt on loopback): each unreadable client hop is an unknown
+/// client behind nginx, and all of them share one place under the cap.
+#[tokio::test]
+async fn unreadable_forwarded_addresses_through_nginx_stay_under_the_cap() {
+    let server = TestServer::with(config(|c| {
+        c.addresses.max_connections_per_ip = 3;
+        c.addresses.trusted_proxies = vec!["127.0.0.1/32".parse().expect("cidr")];
+    }))
+    .await;
+    let nginx = Nginx::before(server.addr).await;
+    let mut admitted = Vec::new();
+    let mut refused = 0;
+    for (i, forwarded) in ["garbage", "unknown", "_hidden", "1.2.3.4:99999, nonsense"]
+        .iter()
+        .cycle()
+        .take(10)
+        .enumerate()
+    {
+        // From 127.0.0.1, a trusted address: nginx appends it, amble skips
+        // it and reaches what the client wrote.
+        let mut request = format!("ws://{}/ws", nginx.addr)
+            .into_client_request()
+            .expect("request");
+        let headers = request.headers_mut();
+        headers.insert("X-Forwarded-For", forwarded.parse().expect("header"));
+        headers.insert(
+            "Sec-WebSocket-Protocol",
+            amble::protocol::SUBPROTOCOL.parse().expect("header"),
+        );
+        match within("handshake", tokio_tungstenite::connect_async(request)).await {
+            Ok((ws, response)) => {
+                assert_eq!(response.status(), 101);
+                let mut client = Client::from_stream(ws);
+                client.join("lobby", &format!("u{i}")).await;
+                admitted.push(client);
+            }
+            Err(tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 429, "upgrade {i}");
+                refused += 1;
+            }
+            Err(other) => panic!("upgrade {i}: {other}"),
+        }
+    }
+    assert_eq!(admitted.len(), 3, "at most the cap of 3 of 10");
+    assert_eq!(refused, 7);
+    for client in &mut admitted {
+        client.ping().await;
+    }
+    assert_eq!(
+        server
+            .metric("amble_address_refusals_total{limit=\"connections\"}")
+            .await,
+        7.0
+    );
+    let unreadable = |reason: &'static str| {
+        let series = format!("amble_forwarded_unreadable_total{{reason=\"{reason}\"}}");
+        let server = &server;
+        async move { server.metric(&series).await }
+    };
+    assert_eq!(unreadable("garbage").await, 5.0);
+    assert_eq!(unreadable("unknown").await, 3.0);
+    assert_eq!(unreadable("obfuscated").await, 2.0);
+    // A client nginx names by its address is still counted as itself.
+    let mut named = nginx.client_from([127, 0, 0, 9]).await.expect("127.0.0.9");
+    named.join("lobby", "named").await;
+    named.ping().await;
 }

@@ -5,8 +5,22 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-import { LeaveReason } from '../codec.js';
-import { ReturnFilter, contrast, inSeconds, keyBelongsTo, leftVerb, roomStatus, serverUrls, titleFor } from '../ui.js';
+import { AmbleClient, State } from '../amble.js';
+import { ErrorCode, LeaveReason } from '../codec.js';
+import {
+  LastTimer,
+  ReturnFilter,
+  contrast,
+  errorInChat,
+  inSeconds,
+  keyBelongsTo,
+  leftVerb,
+  nameLimitHint,
+  outageReason,
+  roomStatus,
+  serverUrls,
+  titleFor,
+} from '../ui.js';
 import { LabelGrid, PALETTE, colourDistance, colourFor, distinctColour, edgePoint, ellipsize, initial } from '../view.js';
 
 const el = (tagName, { type, role, editable } = {}) => ({
@@ -230,4 +244,84 @@ test('the demo connects to its own server, then to the cluster nodes ?nodes= nam
     'ws://localhost:3000/ws',
     'ws://localhost:3003/ws',
   ]);
+});
+
+test('one stop, one message: the restart is said once, in the banner (issue 18)', () => {
+  assert.equal(errorInChat(ErrorCode.SHUTTING_DOWN), false);
+  assert.equal(errorInChat(ErrorCode.INVALID_CHAT), true);
+  assert.equal(errorInChat(ErrorCode.TOO_BIG), true);
+  // The first close of an outage gives the reason; the failed attempts after it keep it.
+  let why = outageReason('', 'The server is restarting. Reconnecting in 0.4 s…');
+  assert.equal(why, 'The server is restarting.');
+  why = outageReason(why, "Can't reach the server. Reconnecting in 1.7 s…");
+  assert.equal(why, 'The server is restarting.');
+  // A new outage starts from ''.
+  assert.equal(outageReason('', "Can't reach the server. Reconnecting in 8 s…"), "Can't reach the server.");
+  assert.equal(outageReason('', 'The connection was lost.'), 'The connection was lost.');
+});
+
+test('the name field says when it stopped taking letters (issue 18)', () => {
+  assert.equal(nameLimitHint('', 32), '');
+  assert.equal(nameLimitHint('a'.repeat(31), 32), '');
+  assert.equal(nameLimitHint('a'.repeat(32), 32), 'At most 32 characters.');
+  assert.equal(nameLimitHint('a'.repeat(40), 32), 'At most 32 characters.');
+  // No limit on the field (maxLength -1): nothing to say.
+  assert.equal(nameLimitHint('a'.repeat(40), -1), '');
+});
+
+test('LastTimer runs the pending reconnect at once, and only a pending one (issue 18)', () => {
+  // Timers on a hand-moved clock.
+  const due = new Map();
+  let nextId = 1;
+  const timers = new LastTimer(
+    (fn, ms) => {
+      const id = nextId++;
+      due.set(id, { fn, ms });
+      return id;
+    },
+    (id) => due.delete(id),
+  );
+  const sockets = [];
+  class FakeSocket {
+    constructor(url) {
+      this.url = url;
+      this.readyState = 0;
+      sockets.push(this);
+    }
+    send() {}
+    close() {
+      this.readyState = 3;
+    }
+  }
+  const client = new AmbleClient({
+    url: 'ws://127.0.0.1:1/ws',
+    WebSocket: FakeSocket,
+    setTimeout: timers.setTimeout,
+    clearTimeout: timers.clearTimeout,
+    now: () => 0,
+    random: () => 0,
+  });
+  let retry = null;
+  client.on('closed', (info) => {
+    if (info.willReconnect) retry = timers.take();
+  });
+  client.connect();
+  assert.equal(sockets.length, 1);
+  // Never opened: the client waits its backoff before the next attempt.
+  sockets[0].onclose({ code: 1006, reason: '' });
+  assert.equal(client.state, State.RECONNECTING);
+  assert.ok(retry, 'the reconnect timer was taken');
+  assert.equal(due.get(retry.id).ms, 500);
+  assert.equal(timers.fireNow(retry), true);
+  assert.equal(sockets.length, 2, 'a new attempt at once');
+  assert.equal(client.state, State.CONNECTING);
+  assert.equal(due.has(retry.id), false, 'the backoff timer is cleared');
+  assert.equal(timers.fireNow(retry), false, 'once');
+  // A timer already run or cleared is not taken.
+  sockets[1].onclose({ code: 1006, reason: '' });
+  const second = retry;
+  assert.notEqual(second, null);
+  client.close();
+  assert.equal(timers.fireNow(second), false, 'close() cleared it');
+  assert.equal(sockets.length, 2);
 });

@@ -21,118 +21,263 @@ fn ip(s: &str) -> IpAddr {
 const XFF: ForwardedHeader = ForwardedHeader::XForwardedFor;
 const FWD: ForwardedHeader = ForwardedHeader::Forwarded;
 
+fn known(s: &str) -> Resolved {
+    Resolved {
+        client: ClientId::Address(ip(s)),
+        unreadable: None,
+    }
+}
+
+fn unknown(behind: &str, why: Unreadable) -> Resolved {
+    Resolved {
+        client: ClientId::UnknownBehind(ip(behind)),
+        unreadable: Some(why),
+    }
+}
+
+fn name_of(header: ForwardedHeader) -> &'static str {
+    match header {
+        XFF => "x-forwarded-for",
+        FWD => "forwarded",
+    }
+}
+
+/// `resolve` with `lines` as the lines of `header`, in order.
+fn from(peer: &str, trusted: &[&str], header: ForwardedHeader, lines: &[&str]) -> Resolved {
+    let mut h = HeaderMap::new();
+    for line in lines {
+        h.append(name_of(header), HeaderValue::from_str(line).expect("value"));
+    }
+    resolve(ip(peer), &h, &nets(trusted), header)
+}
+
 #[test]
 fn an_untrusted_peer_is_the_client_whatever_it_says() {
-    let h = headers(&[("x-forwarded-for", "1.2.3.4")]);
-    let r = resolve(ip("198.51.100.7"), &h, &nets(&["10.0.0.0/8"]), XFF);
-    assert_eq!(
-        r,
-        Resolved {
-            ip: ip("198.51.100.7"),
-            malformed: false
-        }
-    );
+    for lines in [&["1.2.3.4"][..], &["garbage"], &["unknown"], &[]] {
+        assert_eq!(
+            from("198.51.100.7", &["10.0.0.0/8"], XFF, lines),
+            known("198.51.100.7"),
+            "{lines:?}"
+        );
+    }
 }
 
 #[test]
 fn the_rightmost_address_that_is_not_a_proxy_is_the_client() {
-    let trusted = nets(&["10.0.0.0/8"]);
+    let t = &["10.0.0.0/8"];
     // The client wrote a fake first hop; our proxies appended the rest.
-    let h = headers(&[("x-forwarded-for", "6.6.6.6, 203.0.113.9, 10.0.0.2")]);
-    let r = resolve(ip("10.0.0.1"), &h, &trusted, XFF);
-    assert_eq!(r.ip, ip("203.0.113.9"));
-    // Several header lines are one list, in order.
-    let h = headers(&[
-        ("x-forwarded-for", "6.6.6.6"),
-        ("x-forwarded-for", "203.0.113.9:5555"),
-    ]);
     assert_eq!(
-        resolve(ip("10.0.0.1"), &h, &trusted, XFF).ip,
-        ip("203.0.113.9")
+        from("10.0.0.1", t, XFF, &["6.6.6.6, 203.0.113.9, 10.0.0.2"]),
+        known("203.0.113.9")
     );
-    // Every hop a proxy of ours: the first is the client.
-    let h = headers(&[("x-forwarded-for", "10.1.1.1, 10.0.0.2")]);
+    // Several header lines are one list, in order.
     assert_eq!(
-        resolve(ip("10.0.0.1"), &h, &trusted, XFF).ip,
-        ip("10.1.1.1")
+        from("10.0.0.1", t, XFF, &["6.6.6.6", "203.0.113.9:5555"]),
+        known("203.0.113.9")
+    );
+    assert_eq!(
+        from("10.0.0.1", t, XFF, &["203.0.113.9, 10.0.0.3", "10.0.0.2"]),
+        known("203.0.113.9")
+    );
+    // Every hop a proxy of ours: the leftmost is the client.
+    assert_eq!(
+        from("10.0.0.1", t, XFF, &["10.1.1.1, 10.0.0.2"]),
+        known("10.1.1.1")
     );
     // No header: the proxy itself asked.
-    let r = resolve(ip("10.0.0.1"), &HeaderMap::new(), &trusted, XFF);
+    assert_eq!(from("10.0.0.1", t, XFF, &[]), known("10.0.0.1"));
+}
+
+#[test]
+fn only_the_hops_past_our_proxies_are_read() {
+    let t = &["127.0.0.0/8", "::1/128"];
+    // Garbage left of the client is never read: the client wrote it.
     assert_eq!(
-        r,
-        Resolved {
-            ip: ip("10.0.0.1"),
-            malformed: false
-        }
+        from("127.0.0.1", t, XFF, &["garbage, unknown, 203.0.113.9"]),
+        known("203.0.113.9")
+    );
+    assert_eq!(
+        from(
+            "::1",
+            t,
+            FWD,
+            &["for=_hidden, for=unknown, for=198.51.100.2"]
+        ),
+        known("198.51.100.2")
     );
 }
 
 #[test]
-fn forwarded_follows_rfc_7239() {
-    let trusted = nets(&["127.0.0.1/32"]);
-    let h = headers(&[(
-        "forwarded",
-        "for=192.0.2.43;proto=https, For=\"[2001:db8:cafe::17]:4711\";by=127.0.0.1",
-    )]);
-    let r = resolve(ip("127.0.0.1"), &h, &trusted, FWD);
-    assert_eq!(r.ip, ip("2001:db8:cafe::17"));
-    // With X-Forwarded-For chosen, a Forwarded header (which a client could
-    // have written) is ignored, and the other way round.
-    let h = headers(&[("forwarded", "for=192.0.2.43")]);
-    assert_eq!(
-        resolve(ip("127.0.0.1"), &h, &trusted, XFF).ip,
-        ip("127.0.0.1")
-    );
-    let h = headers(&[("x-forwarded-for", "192.0.2.43")]);
-    assert_eq!(
-        resolve(ip("127.0.0.1"), &h, &trusted, FWD).ip,
-        ip("127.0.0.1")
-    );
-}
-
-#[test]
-fn unreadable_headers_fall_back_to_the_peer() {
-    let trusted = nets(&["127.0.0.0/8", "::1/128"]);
-    for (header, value) in [
-        (XFF, "not an address"),
-        (XFF, "1.2.3.4, , 5.6.7.8"),
-        (XFF, "1.2.3.4:99999999"),
-        (XFF, "[::1"),
-        (FWD, "for=unknown"),
-        (FWD, "for=_hidden"),
-        (FWD, "proto=https"),
-        (FWD, "for=\"[2001:db8::1]"),
+fn an_unreadable_client_hop_is_an_unknown_client_behind_the_nearest_proxy() {
+    let t = &["127.0.0.0/8", "::1/128", "10.0.0.0/8"];
+    for (header, line, why) in [
+        (XFF, "not an address", Unreadable::Garbage),
+        (XFF, "1.2.3.4:99999999", Unreadable::Garbage),
+        (XFF, "[::1", Unreadable::Garbage),
+        (XFF, "1.2.3.4 5.6.7.8", Unreadable::Garbage),
+        (XFF, "", Unreadable::Garbage),
+        (XFF, "unknown", Unreadable::Unknown),
+        (XFF, "UNKNOWN", Unreadable::Unknown),
+        (XFF, "_hidden", Unreadable::Obfuscated),
+        (FWD, "for=unknown", Unreadable::Unknown),
+        (FWD, "for=\"unknown:4711\"", Unreadable::Unknown),
+        (FWD, "for=_hidden", Unreadable::Obfuscated),
+        (FWD, "for=\"_hidden:_port\"", Unreadable::Obfuscated),
+        (FWD, "for=_SEVKISEK", Unreadable::Obfuscated),
+        (FWD, "proto=https", Unreadable::Garbage),
+        (FWD, "for=\"[2001:db8::1]", Unreadable::Garbage),
+        (FWD, "for=\"a\\\"b\"", Unreadable::Garbage),
+        (FWD, "for=_", Unreadable::Garbage),
+        (FWD, "for=", Unreadable::Garbage),
     ] {
-        let name = match header {
-            XFF => "x-forwarded-for",
-            FWD => "forwarded",
-        };
-        let mut h = HeaderMap::new();
-        h.insert(name, HeaderValue::from_str(value).expect("value"));
-        let r = resolve(ip("::1"), &h, &trusted, header);
         assert_eq!(
-            r,
-            Resolved {
-                ip: ip("::1"),
-                malformed: true
-            },
-            "{value}"
+            from("::1", t, header, &[line]),
+            unknown("::1", why),
+            "{line:?}"
         );
     }
+    // Behind a chain of our proxies: the one that forwarded the bad hop.
+    assert_eq!(
+        from(
+            "127.0.0.1",
+            t,
+            XFF,
+            &["6.6.6.6, garbage, 10.0.0.7, 10.0.0.8"]
+        ),
+        unknown("10.0.0.7", Unreadable::Garbage)
+    );
+    // An empty element between ours, and a second line of garbage.
+    assert_eq!(
+        from("127.0.0.1", t, XFF, &["1.2.3.4, , 10.0.0.8"]),
+        unknown("10.0.0.8", Unreadable::Garbage)
+    );
+    assert_eq!(
+        from("127.0.0.1", t, XFF, &["203.0.113.9", "unknown"]),
+        unknown("127.0.0.1", Unreadable::Unknown)
+    );
+    // A line that is not text.
     let mut h = HeaderMap::new();
     h.insert(
         "x-forwarded-for",
         HeaderValue::from_bytes(b"1.2.3.4\xff").expect("value"),
     );
-    assert!(resolve(ip("127.0.0.1"), &h, &trusted, XFF).malformed);
+    assert_eq!(
+        resolve(ip("127.0.0.1"), &h, &nets(t), XFF),
+        unknown("127.0.0.1", Unreadable::Garbage)
+    );
+}
+
+#[test]
+fn forwarded_follows_rfc_7239() {
+    let t = &["127.0.0.1/32"];
+    // Section 4's examples.
+    assert_eq!(
+        from("127.0.0.1", t, FWD, &["for=\"_gazonk\""]),
+        unknown("127.0.0.1", Unreadable::Obfuscated)
+    );
+    assert_eq!(
+        from("127.0.0.1", t, FWD, &["For=\"[2001:db8:cafe::17]:4711\""]),
+        known("2001:db8:cafe::17")
+    );
+    assert_eq!(
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &["for=192.0.2.60;proto=http;by=203.0.113.43"]
+        ),
+        known("192.0.2.60")
+    );
+    assert_eq!(
+        from("127.0.0.1", t, FWD, &["for=192.0.2.43, for=198.51.100.17"]),
+        known("198.51.100.17")
+    );
+    // Section 7.1: several lines are one list.
+    assert_eq!(
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &[
+                "for=192.0.2.43",
+                "for=\"[2001:db8:cafe::17]\", for=127.0.0.1"
+            ]
+        ),
+        known("2001:db8:cafe::17")
+    );
+    // A quoted comma or semicolon in another parameter splits nothing.
+    assert_eq!(
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &["for=192.0.2.1, by=\"a,b;c\";for=198.51.100.9"]
+        ),
+        known("198.51.100.9")
+    );
+    // IPv6 in brackets with a port, unquoted IPv4 with a port.
+    assert_eq!(
+        from(
+            "127.0.0.1",
+            t,
+            FWD,
+            &["for=\"[2001:db8::1]:80\";proto=https"]
+        ),
+        known("2001:db8::1")
+    );
+    assert_eq!(
+        from("127.0.0.1", t, FWD, &["for=192.0.2.8:4711"]),
+        known("192.0.2.8")
+    );
+    assert_eq!(
+        from("127.0.0.1", t, XFF, &["[2001:db8::2]:4711"]),
+        known("2001:db8::2")
+    );
+    // With X-Forwarded-For chosen, a Forwarded header (which a client could
+    // have written) is ignored, and the other way round.
+    let h = headers(&[("forwarded", "for=192.0.2.43")]);
+    assert_eq!(
+        resolve(ip("127.0.0.1"), &h, &nets(t), XFF),
+        known("127.0.0.1")
+    );
+    let h = headers(&[("x-forwarded-for", "192.0.2.43")]);
+    assert_eq!(
+        resolve(ip("127.0.0.1"), &h, &nets(t), FWD),
+        known("127.0.0.1")
+    );
+}
+
+#[test]
+fn too_many_trusted_hops_are_an_unknown_client() {
+    let t = &["10.0.0.0/8"];
+    let chain = |n: u32| {
+        (0..n)
+            .map(|i| std::net::Ipv4Addr::from(0x0a00_0100 + i).to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    // MAX_HOPS trusted hops and then nothing: the leftmost is the client.
+    let line = chain(MAX_HOPS as u32);
+    assert_eq!(from("10.0.0.1", t, XFF, &[&line]), known("10.0.1.0"));
+    // One more, and the walk stops at the bound.
+    let line = format!("203.0.113.9, {}", chain(MAX_HOPS as u32));
+    assert_eq!(
+        from("10.0.0.1", t, XFF, &[&line]),
+        unknown("10.0.1.0", Unreadable::TooManyHops)
+    );
 }
 
 #[test]
 fn mapped_addresses_are_their_ipv4_selves() {
-    let trusted = nets(&["10.0.0.0/8"]);
-    let h = headers(&[("x-forwarded-for", "::ffff:203.0.113.9")]);
-    let r = resolve(ip("::ffff:10.0.0.1"), &h, &trusted, XFF);
-    assert_eq!(r.ip, ip("203.0.113.9"));
+    assert_eq!(
+        from(
+            "::ffff:10.0.0.1",
+            &["10.0.0.0/8"],
+            XFF,
+            &["::ffff:203.0.113.9"]
+        ),
+        known("203.0.113.9")
+    );
 }
 
 #[test]
@@ -235,6 +380,35 @@ fn loopback_is_exempt_unless_told_otherwise() {
     assert!(t.is_empty());
 }
 
+#[tokio::test(start_paused = true)]
+async fn unknown_clients_behind_a_loopback_proxy_share_one_limited_place() {
+    let config = AddressConfig {
+        max_connections_per_ip: 2,
+        ip_join_burst: 1,
+        trusted_proxies: nets(&["127.0.0.0/8"]),
+        ..defaults()
+    };
+    let t = Addresses::new(&config, 4, Arc::new(Metrics::default()));
+    let garbage = headers(&[("x-forwarded-for", "garbage")]);
+    let unknown = headers(&[("x-forwarded-for", "unknown")]);
+    let a = t.admit_upgrade(ip("127.0.0.1"), &garbage).expect("first");
+    assert_eq!(a.who, ClientId::UnknownBehind(ip("127.0.0.1")));
+    let b = t.admit_upgrade(ip("127.0.0.1"), &unknown).expect("second");
+    assert_eq!(
+        t.admit_upgrade(ip("127.0.0.1"), &garbage).err(),
+        Some(Refusal::TooManyConnections(2)),
+        "the loopback exemption does not lift an unknown client's cap"
+    );
+    let now = Instant::now();
+    assert_eq!(t.admit_join(&a, now), Ok(()));
+    assert!(t.admit_join(&b, now).is_err(), "one join budget for both");
+    // A loopback client the proxy names is still exempt.
+    let local = headers(&[("x-forwarded-for", "127.0.0.5")]);
+    let c = t.admit_upgrade(ip("127.0.0.1"), &local).expect("exempt");
+    assert_eq!(t.admit_join(&c, now), Ok(()));
+    assert_eq!(t.len(), 1);
+}
+
 proptest! {
     /// Any header bytes: no panic, and the answer is the peer or an
     /// address the header named.
@@ -248,8 +422,14 @@ proptest! {
         }
         let peer = ip("127.0.0.1");
         let r = resolve(peer, &h, &nets(&["127.0.0.0/8"]), header);
-        if r.malformed {
-            prop_assert_eq!(r.ip, peer);
+        // Unknown exactly when a hop could not be read, and then behind
+        // one of ours (the peer or a loopback hop).
+        match r.client {
+            ClientId::UnknownBehind(proxy) => {
+                prop_assert!(r.unreadable.is_some());
+                prop_assert!(proxy.is_loopback());
+            }
+            ClientId::Address(_) => prop_assert!(r.unreadable.is_none()),
         }
     }
 }

@@ -34,6 +34,8 @@ fn server() -> (Arc<Shared>, Arc<Http>) {
     let config = Config::default();
     let capacity = Capacity::fit(None, 16, 16);
     let shared = crate::server::shared::state(
+        // Not loopback: any Host, as these tests send.
+        std::net::Ipv4Addr::UNSPECIFIED.into(),
         config,
         Arc::new(crate::metrics::Metrics::default()),
         crate::access::auth::Gate::Open,
