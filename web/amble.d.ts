@@ -249,6 +249,11 @@ export declare class AmbleClient {
   leave(): void;
   /** Closes for good. */
   close(): void;
+  /**
+   * While `reconnecting` and waiting out the backoff: the next attempt now.
+   * False, doing nothing, when no attempt is waiting.
+   */
+  reconnectNow(): boolean;
   /** Click-to-move: one message for a straight walk to (x, y) cm. */
   walkTo(x: number, y: number, options?: { speed?: number }): void;
   /** Free movement: you stand at (x, y) cm now; sent at most once per move interval. */

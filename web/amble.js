@@ -681,6 +681,19 @@ export class AmbleClient {
     this.emit('closed', this.lastClose);
   }
 
+  /**
+   * While `reconnecting` and waiting out the backoff: the next attempt now
+   * (a "Reconnect now" button). The backoff of later attempts still grows.
+   * Returns false, doing nothing, when no attempt is waiting.
+   */
+  reconnectNow() {
+    if (!this.active || this.timers.reconnect === null) return false;
+    this.clearTimer(this.timers.reconnect);
+    this.timers.reconnect = null;
+    this.openSocket();
+    return true;
+  }
+
   stopTimers() {
     for (const key of Object.keys(this.timers)) {
       if (this.timers[key] !== null) this.clearTimer(this.timers[key]);

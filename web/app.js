@@ -7,7 +7,6 @@
 import { AmbleClient, ErrorCode, State, nameProblem, roomProblem } from './amble.js';
 import { FloorView, avatarSprite, bubbleSprite, distinctColour, labelSprite } from './view.js';
 import {
-  LastTimer,
   ReturnFilter,
   errorInChat,
   inSeconds,
@@ -82,13 +81,9 @@ const ui = {
 };
 
 // This server, then the other cluster nodes a `?nodes=3000,3001` names: a reconnect tries the next.
-// The client's timers, so that "Reconnect now" can run its pending reconnect at once.
-const timers = new LastTimer();
 const client = new AmbleClient({
   walkSpeed: WALK_SPEED_CM_S,
   url: serverUrls(location),
-  setTimeout: timers.setTimeout,
-  clearTimeout: timers.clearTimeout,
 });
 const view = new FloorView(ui.canvas);
 
@@ -343,7 +338,6 @@ function clearRoomView() {
   returning.clear();
   reconnectAt = 0;
   reconnectWhy = '';
-  pendingRetry = null;
   chatWaitUntil = 0;
   view.highlight(null, 0);
 }
@@ -408,7 +402,6 @@ client.on('welcome', ({ rejoined }) => {
   }
   reconnectAt = 0;
   reconnectWhy = '';
-  pendingRetry = null;
   syncEntries();
   showRoom();
   setBanner('');
@@ -507,8 +500,6 @@ client.on('closed', (info) => {
     return;
   }
   if (info.willReconnect) {
-    // The client set its reconnect timer just before this event.
-    pendingRetry = timers.take();
     if (reconnectAt === 0) {
       const names = [];
       for (const e of entries) if (e !== selfEntry) names.push(e.name);
@@ -523,7 +514,6 @@ client.on('closed', (info) => {
     return;
   }
   reconnectAt = 0;
-  pendingRetry = null;
   if (client.state === State.CLOSED) {
     clearRoomView();
     showLobby(info.text);
@@ -537,7 +527,6 @@ client.on('state', () => {
 
 let reconnectAt = 0; // while reconnecting: when the next attempt starts (performance.now)
 let reconnectWhy = ''; // why, said once for the whole outage
-let pendingRetry = null; // the client's reconnect timer, for "Reconnect now"
 
 /**
  * While reconnecting, one line: why, and when the next attempt is (or that
@@ -563,13 +552,7 @@ function setBanner(text, error = false, canReconnectNow = false) {
 
 /** "Reconnect now": the next attempt at once, instead of after the backoff. */
 function reconnectNow() {
-  if (client.state !== State.RECONNECTING) return;
-  if (typeof client.reconnectNow === 'function') {
-    client.reconnectNow();
-  } else if (!timers.fireNow(pendingRetry)) {
-    return;
-  }
-  pendingRetry = null;
+  if (!client.reconnectNow()) return;
   reconnectAt = performance.now();
   renderBanner();
 }

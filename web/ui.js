@@ -79,56 +79,6 @@ export function nameLimitHint(value, maxLength) {
   return `At most ${maxLength} characters.`;
 }
 
-/**
- * Timers for the client (its `setTimeout` and `clearTimeout` options) that
- * remember the last one set. When a connection drops, the client sets its
- * reconnect timer just before it emits `closed`, so the `closed` handler can
- * `take()` it, and "Reconnect now" can `fireNow()` it: the same attempt,
- * now instead of after the backoff. (Until the client has a call of its own
- * for this; app.js prefers `client.reconnectNow` when there is one.)
- */
-export class LastTimer {
-  constructor(set = (fn, ms) => setTimeout(fn, ms), clear = (id) => clearTimeout(id)) {
-    this.set = set;
-    this.clear = clear;
-    /** Timers set and neither run nor cleared, by id. */
-    this.pending = new Map();
-    this.last = null;
-  }
-
-  setTimeout = (fn, ms) => {
-    const timer = { id: null, fn };
-    timer.id = this.set(() => {
-      if (this.pending.get(timer.id) !== timer) return;
-      this.pending.delete(timer.id);
-      fn();
-    }, ms);
-    this.pending.set(timer.id, timer);
-    this.last = timer;
-    return timer.id;
-  };
-
-  clearTimeout = (id) => {
-    this.pending.delete(id);
-    this.clear(id);
-  };
-
-  /** The timer set last, if it is still pending; it is then no longer "last". */
-  take() {
-    const timer = this.last;
-    this.last = null;
-    return timer && this.pending.get(timer.id) === timer ? timer : null;
-  }
-
-  /** Runs `timer` now instead of when it was due, if it is still pending. */
-  fireNow(timer) {
-    if (!timer || this.pending.get(timer.id) !== timer) return false;
-    this.clearTimeout(timer.id);
-    timer.fn();
-    return true;
-  }
-}
-
 /** The page title: the room, and how many chat messages came while you were away. */
 export function titleFor(room, unread) {
   if (!room) return 'amble';

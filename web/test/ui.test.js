@@ -8,7 +8,6 @@ import { readFileSync } from 'node:fs';
 import { AmbleClient, State } from '../amble.js';
 import { ErrorCode, LeaveReason } from '../codec.js';
 import {
-  LastTimer,
   ReturnFilter,
   contrast,
   errorInChat,
@@ -269,18 +268,10 @@ test('the name field says when it stopped taking letters (issue 18)', () => {
   assert.equal(nameLimitHint('a'.repeat(40), -1), '');
 });
 
-test('LastTimer runs the pending reconnect at once, and only a pending one (issue 18)', () => {
+test('reconnectNow runs the waiting attempt at once, and only a waiting one (issue 18)', () => {
   // Timers on a hand-moved clock.
   const due = new Map();
   let nextId = 1;
-  const timers = new LastTimer(
-    (fn, ms) => {
-      const id = nextId++;
-      due.set(id, { fn, ms });
-      return id;
-    },
-    (id) => due.delete(id),
-  );
   const sockets = [];
   class FakeSocket {
     constructor(url) {
@@ -296,32 +287,31 @@ test('LastTimer runs the pending reconnect at once, and only a pending one (issu
   const client = new AmbleClient({
     url: 'ws://127.0.0.1:1/ws',
     WebSocket: FakeSocket,
-    setTimeout: timers.setTimeout,
-    clearTimeout: timers.clearTimeout,
+    setTimeout: (fn, ms) => {
+      const id = nextId++;
+      due.set(id, { fn, ms });
+      return id;
+    },
+    clearTimeout: (id) => due.delete(id),
     now: () => 0,
     random: () => 0,
   });
-  let retry = null;
-  client.on('closed', (info) => {
-    if (info.willReconnect) retry = timers.take();
-  });
+  assert.equal(client.reconnectNow(), false, 'nothing to reconnect before connecting');
   client.connect();
   assert.equal(sockets.length, 1);
   // Never opened: the client waits its backoff before the next attempt.
   sockets[0].onclose({ code: 1006, reason: '' });
   assert.equal(client.state, State.RECONNECTING);
-  assert.ok(retry, 'the reconnect timer was taken');
-  assert.equal(due.get(retry.id).ms, 500);
-  assert.equal(timers.fireNow(retry), true);
+  const waiting = [...due.entries()].find(([, t]) => t.ms === 500);
+  assert.ok(waiting, 'a 500 ms backoff is waiting');
+  assert.equal(client.reconnectNow(), true);
   assert.equal(sockets.length, 2, 'a new attempt at once');
   assert.equal(client.state, State.CONNECTING);
-  assert.equal(due.has(retry.id), false, 'the backoff timer is cleared');
-  assert.equal(timers.fireNow(retry), false, 'once');
-  // A timer already run or cleared is not taken.
+  assert.equal(due.has(waiting[0]), false, 'the backoff timer is cleared');
+  assert.equal(client.reconnectNow(), false, 'an attempt under way is not doubled');
   sockets[1].onclose({ code: 1006, reason: '' });
-  const second = retry;
-  assert.notEqual(second, null);
+  assert.equal(client.state, State.RECONNECTING);
   client.close();
-  assert.equal(timers.fireNow(second), false, 'close() cleared it');
+  assert.equal(client.reconnectNow(), false, 'close() ends the reconnecting');
   assert.equal(sockets.length, 2);
 });
