@@ -99,6 +99,8 @@ fn print_token(args: &TokenArgs, config: &Config) -> anyhow::Result<()> {
         name,
         rooms: args.rooms.clone(),
         start: None,
+        data: None,
+        share_sub: false,
     };
     anyhow::ensure!(
         !claims.sub.is_empty() && claims.sub.len() <= auth::MAX_SUB_BYTES,

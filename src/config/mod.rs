@@ -206,6 +206,9 @@ impl Config {
             max_name_chars: self.session.max_name_chars as usize,
             max_room_chars: Rules::default().max_room_chars,
             max_chat_chars: self.session.max_chat_chars as usize,
+            max_data_entries: self.session.max_data_entries as usize,
+            max_data_bytes: self.session.max_data_bytes as usize,
+            max_data_value_chars: self.session.max_data_value_chars as usize,
         }
     }
 
@@ -226,6 +229,11 @@ impl Config {
             room_capacity: room.room_capacity,
             chat_interval_ms: session.chat_interval_ms,
             chat_burst: session.chat_burst,
+            max_data_entries: session.max_data_entries,
+            max_data_bytes: session.max_data_bytes,
+            max_data_value_chars: session.max_data_value_chars,
+            data_interval_ms: session.data_interval_ms,
+            data_burst: session.data_burst,
         }
     }
 }
@@ -444,6 +452,11 @@ mod tests {
                 "auth-issuer",
                 "auth-leeway-secs",
                 "auth-jwks-file",
+                "max-data-entries",
+                "max-data-bytes",
+                "max-data-value-chars",
+                "data-interval-ms",
+                "data-burst",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

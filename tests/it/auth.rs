@@ -57,6 +57,8 @@ fn claims(sub: &str) -> Claims {
         name: None,
         rooms: None,
         start: None,
+        data: None,
+        share_sub: false,
     }
 }
 
@@ -66,6 +68,7 @@ fn token(claims: &Claims) -> String {
 
 async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: room.into(),
         name: name.into(),
@@ -567,6 +570,7 @@ async fn a_tokens_start_claim_places_the_member() {
     };
     let mut c = server.client().await;
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "placed".into(),
         name: "Ada".into(),
@@ -576,6 +580,7 @@ async fn a_tokens_start_claim_places_the_member() {
     let text = c.expect_error(ErrorCode::InvalidPosition).await;
     assert!(text.contains("start claim"), "{text}");
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: Some(pb::Position { x: 10, y: 10 }),
         room: "placed".into(),
         name: "Ada".into(),

@@ -195,6 +195,7 @@ impl Person {
     async fn join_again(&mut self, room: &str) {
         self.client
             .send(C::Join(pb::Join {
+                data: Vec::new(),
                 start: None,
                 room: room.into(),
                 name: self.name.clone(),
@@ -1491,6 +1492,7 @@ async fn room_capacity_counts_members_on_every_node() {
     for i in 1..=2 {
         let mut cy = Client::connect(&c.n(i).ws_url()).await;
         cy.send(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: "small".into(),
             name: "Cy".into(),

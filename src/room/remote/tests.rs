@@ -17,7 +17,7 @@ use crate::cluster::wire::{Op, Origin, RemoteMember, RoomOrigin, cpb};
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::pb::{self, ServerMessage};
-use crate::protocol::{Motion, Position, decode_motion};
+use crate::protocol::{Data, Motion, Position, decode_motion};
 use crate::room::sink::{Frame, Sink};
 use crate::room::{Member, Membership, RoomSettings};
 
@@ -160,6 +160,8 @@ fn member(id: u32, name: &str, x: u32) -> RemoteMember {
         name: name.into(),
         motion: Motion::standing(Position { x, y: 0 }),
         moved_at_ms: 1,
+        data: Data::default(),
+        user: None,
     }
 }
 
@@ -230,6 +232,7 @@ async fn local_ids_take_the_nodes_slot_and_joins_leaves_and_chat_are_published_i
             Some(cpb::op::Op::Joined(_)) => "joined",
             Some(cpb::op::Op::Left(_)) => "left",
             Some(cpb::op::Op::Chat(_)) => "chat",
+            Some(cpb::op::Op::Data(_)) => "data",
             None => "none",
         })
         .collect();
@@ -728,7 +731,9 @@ fn ids_in_a_slot_are_lowest_free_first() {
     let m = || Member {
         seat: 0,
         user: None,
+        share_user: false,
         name: String::new(),
+        data: Data::default(),
         motion: Motion::standing(Position { x: 0, y: 0 }),
         moved_at_ms: 0,
         pending: None,
