@@ -530,8 +530,8 @@ fn bump_mtime(path: &Path) {
 #[test]
 fn the_data_claim_is_an_object_of_strings_within_the_rules() {
     let rules = Rules::default();
-    let got = data_claim(serde_json::json!({"role": "host", "colour": "red"}), &rules)
-        .expect("valid");
+    let got =
+        data_claim(serde_json::json!({"role": "host", "colour": "red"}), &rules).expect("valid");
     assert_eq!(got.get("role"), Some("host"));
     assert_eq!(got.entries()[0].0, "colour", "sorted by key");
     assert_eq!(
