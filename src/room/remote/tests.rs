@@ -1357,3 +1357,73 @@ async fn a_remote_chat_or_leave_follows_the_members_waiting_move() {
     assert_eq!(frames.len(), 1);
     assert!(matches!(&frames[0].body, Some(Body::Chat(_))));
 }
+
+fn data(pairs: &[(&str, &str)]) -> Data {
+    Data::check(
+        pairs
+            .iter()
+            .map(|(k, v)| pb::DataEntry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        &crate::protocol::Rules::default(),
+    )
+    .expect("valid data")
+}
+
+/// Issue #19: a remote member's data arrives with it, a data op becomes a
+/// `MemberData`, and a full state after a missed change repairs it (one
+/// `MemberData`, no Left and Joined).
+#[tokio::test]
+async fn remote_member_data_arrives_changes_and_is_repaired_by_a_full_state() {
+    let node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    ada.take();
+    let n2 = origin("n2", 7, 2);
+    let mut cy = member(2, "Cy", 40);
+    cy.data = data(&[("status", "busy")]);
+    cy.user = Some("user-9".into());
+    node.apply("lobby", full(&n2, 0, vec![]));
+    node.apply("lobby", update(&n2, 1, vec![Op::Joined(cy.clone())]));
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            2,
+            vec![Op::Data {
+                id: MemberId(2),
+                data: data(&[("status", "free")]),
+            }],
+        ),
+    );
+    match &bodies(ada.take())[..] {
+        [Body::Joined(j), Body::MemberData(d)] => {
+            let m = j.member.as_ref().expect("member");
+            assert_eq!(m.data, data(&[("status", "busy")]).to_pb());
+            assert_eq!(m.user, "user-9");
+            assert_eq!(d.member_id, 2);
+            assert_eq!(d.data, data(&[("status", "free")]).to_pb());
+        }
+        other => panic!("{other:?}"),
+    }
+    // A full state (the change to "away" was missed): only the data moves.
+    cy.data = data(&[("status", "away")]);
+    node.apply("lobby", full(&n2, 4, vec![cy.clone()]));
+    match &bodies(ada.take())[..] {
+        [Body::MemberData(d)] => assert_eq!(d.data, data(&[("status", "away")]).to_pb()),
+        other => panic!("{other:?}"),
+    }
+    // Unchanged data in a full state says nothing.
+    node.apply("lobby", full(&n2, 5, vec![cy]));
+    assert!(bodies(ada.take()).is_empty());
+    let (_bo, bo) = node.join("lobby", "Bo").await;
+    match &bodies(bo.take())[..] {
+        [Body::Welcome(w)] => {
+            let members = &w.snapshot.as_ref().expect("snapshot").members;
+            let cy = members.iter().find(|m| m.id == 2).expect("Cy");
+            assert_eq!(cy.data, data(&[("status", "away")]).to_pb());
+        }
+        other => panic!("{other:?}"),
+    }
+}
