@@ -14,6 +14,7 @@ import {
   State,
   backoffDelay,
   chatProblem,
+  dataProblem,
   nameProblem,
   textProblem,
   waitText,
@@ -36,6 +37,11 @@ const LIMITS = {
   roomCapacity: 500,
   chatIntervalMs: 2000,
   chatBurst: 5,
+  maxDataEntries: 8,
+  maxDataBytes: 512,
+  maxDataValueChars: 200,
+  dataIntervalMs: 1000,
+  dataBurst: 3,
 };
 
 /** Timers on a clock the test moves by hand. */
@@ -147,7 +153,7 @@ function setup(options = {}) {
     ...options,
   });
   const events = [];
-  for (const type of ['state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong']) {
+  for (const type of ['state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data']) {
     client.on(type, (...args) => events.push([type, ...args]));
   }
   const last = () => sockets[sockets.length - 1];
@@ -864,4 +870,102 @@ test('join may say where to appear; the start goes with every Join of that room,
   time.advance(60_000);
   last().open();
   assert.deepEqual(last().sentOf('join')[0].start, { x: 120, y: 5000 });
+});
+
+// ------------------------------------------------------------ member data
+
+test('join carries data, sorted by key, in every Join of that room; members expose data and a shared user', () => {
+  const { client, last, time } = setup();
+  client.join('lobby', 'Me', { data: { status: 'busy', colour: '#e4572e' } });
+  last().open();
+  const sent = [{ key: 'colour', value: '#e4572e' }, { key: 'status', value: 'busy' }];
+  assert.deepEqual(last().sentOf('join')[0].data, sent);
+  last().receive(welcome(1, [
+    { ...wire(0, 'Ada', 100, 100), data: [{ key: 'role', value: 'host' }], user: 'user-7' },
+    { ...wire(1, 'Me', 2500, 2500), data: sent },
+  ]));
+  assert.deepEqual(client.members.get(0).data, { role: 'host' });
+  assert.equal(client.members.get(0).user, 'user-7');
+  assert.deepEqual(client.me.data, { colour: '#e4572e', status: 'busy' });
+  assert.equal(client.me.user, null, 'not shared: null');
+  assert.ok(Object.isFrozen(client.me.data));
+  // A reconnect rejoins with the same data.
+  last().drop(1006);
+  time.advance(60_000);
+  last().open();
+  assert.deepEqual(last().sentOf('join')[0].data, sent);
+});
+
+test('join refuses data the server would refuse before sending anything', () => {
+  const { client, sockets } = setup();
+  assert.throws(() => client.join('lobby', 'Me', { data: { Colour: 'red' } }), /key "Colour"/);
+  assert.throws(() => client.join('lobby', 'Me', { data: { k: '' } }), /the value is empty/);
+  assert.throws(() => client.join('lobby', 'Me', { data: { k: 3 } }), /must be text/);
+  assert.throws(() => client.join('lobby', 'Me', { data: { k: 'x'.repeat(201) } }), /at most 200 characters/);
+  assert.throws(() => client.join('lobby', 'Me', { data: ['a'] }), RangeError);
+  const nine = Object.fromEntries([...Array(9).keys()].map((i) => [`k${i}`, 'v']));
+  assert.throws(() => client.join('lobby', 'Me', { data: nine }), /at most 8 entries/);
+  assert.throws(
+    () => client.join('lobby', 'Me', { data: { a: 'x'.repeat(200), b: 'x'.repeat(200), c: 'x'.repeat(110) } }),
+    /at most 512 bytes/,
+  );
+  assert.equal(sockets.length, 0);
+});
+
+test('dataProblem: removals only for setData', () => {
+  assert.equal(dataProblem({ status: 'busy' }), null);
+  assert.equal(dataProblem({ status: '' }, undefined, { removals: true }), null);
+  assert.equal(dataProblem({ status: null }, undefined, { removals: true }), null);
+  assert.match(dataProblem({ status: null }), /must be text/);
+  assert.match(dataProblem({ 'a b': 'x' }), /key "a b"/);
+});
+
+test('setData sends entries, removals as empty values, within its budget; the data event follows the server', () => {
+  const { client, last, of, time } = joined();
+  assert.equal(client.setData({ status: 'presenting', colour: null }), true);
+  assert.deepEqual(last().sentOf('setData'), [
+    { data: [{ key: 'colour', value: '' }, { key: 'status', value: 'presenting' }] },
+  ]);
+  assert.equal(of('data').length, 0, 'nothing until the server says so');
+  last().receive({ memberData: { memberId: 1, data: [{ key: 'status', value: 'presenting' }] } });
+  const [[, member, previous]] = of('data');
+  assert.equal(member, client.me);
+  assert.deepEqual(previous, {});
+  assert.deepEqual(client.me.data, { status: 'presenting' });
+  // Someone else's change.
+  last().receive({ memberData: { memberId: 0, data: [{ key: 'colour', value: 'red' }] } });
+  assert.deepEqual(client.members.get(0).data, { colour: 'red' });
+  assert.equal(of('data').length, 2);
+  // An unknown member's data is ignored.
+  last().receive({ memberData: { memberId: 99, data: [] } });
+  assert.equal(of('data').length, 2);
+  // Budget: a burst of 3, then one per dataIntervalMs.
+  assert.equal(client.setData({ a: '1' }), true);
+  assert.equal(client.setData({ a: '2' }), true);
+  assert.equal(client.setData({ a: '3' }), false);
+  assert.equal(last().sentOf('setData').length, 3);
+  time.advance(1_010);
+  assert.equal(client.setData({ a: '3' }), true);
+  assert.throws(() => client.setData({ A: '1' }), RangeError);
+  // The data set last goes with a rejoin.
+  last().drop(1006);
+  time.advance(60_000);
+  last().open();
+  assert.deepEqual(last().sentOf('join')[0].data, [{ key: 'a', value: '3' }, { key: 'status', value: 'presenting' }]);
+});
+
+test('a snapshot replaces members\' data; INVALID_DATA refuses a join and explains itself', () => {
+  const { client, last, of } = joined();
+  last().receive({ resync: { serverTimeMs: EPOCH, members: [
+    { ...wire(0, 'Ada', 100, 100), data: [{ key: 'status', value: 'away' }], user: 'u-1' },
+    wire(1, 'Me', 2500, 2500),
+  ] } });
+  assert.deepEqual(client.members.get(0).data, { status: 'away' });
+  assert.equal(client.members.get(0).user, 'u-1');
+  client.join('other', 'Me');
+  last().receive({ error: { code: ErrorCode.INVALID_DATA, message: 'the token\'s data claim: key "Role": bad' } });
+  const info = of('error').at(-1)[1];
+  assert.equal(info.refused, true);
+  assert.match(info.text, /can't be set/);
+  assert.throws(() => client.setData({ a: '1' }), /join one first/);
 });
