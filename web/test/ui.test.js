@@ -6,7 +6,20 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
 import { LeaveReason } from '../codec.js';
-import { ReturnFilter, contrast, inSeconds, keyBelongsTo, leftVerb, roomStatus, serverUrls, titleFor } from '../ui.js';
+import {
+  MAX_STATUS_CHARS,
+  ReturnFilter,
+  contrast,
+  dataColour,
+  dataStatus,
+  inSeconds,
+  keyBelongsTo,
+  leftVerb,
+  roomStatus,
+  serverUrls,
+  statusChange,
+  titleFor,
+} from '../ui.js';
 import { LabelGrid, PALETTE, colourDistance, colourFor, distinctColour, edgePoint, ellipsize, initial } from '../view.js';
 
 const el = (tagName, { type, role, editable } = {}) => ({
@@ -230,4 +243,21 @@ test('the demo connects to its own server, then to the cluster nodes ?nodes= nam
     'ws://localhost:3000/ws',
     'ws://localhost:3003/ws',
   ]);
+});
+
+test('member data: a colour only as #rrggbb, a status trimmed and cut short, the picker\'s changes (issue 19)', () => {
+  assert.equal(dataColour({ colour: '#E4572E' }), '#e4572e');
+  for (const bad of [undefined, {}, { colour: 'red' }, { colour: '#fff' }, { colour: '#e4572e; x' }, { colour: 3 }]) {
+    assert.equal(dataColour(bad), null, JSON.stringify(bad));
+  }
+  assert.equal(dataStatus({ status: '  busy ' }), 'busy');
+  assert.equal(dataStatus({}), '');
+  assert.equal(dataStatus(undefined), '');
+  const long = 'é'.repeat(MAX_STATUS_CHARS + 5);
+  assert.equal([...dataStatus({ status: long })].length, MAX_STATUS_CHARS);
+  assert.ok(dataStatus({ status: long }).endsWith('…'));
+  assert.deepEqual(statusChange('busy', 'ignored'), { status: 'busy' });
+  assert.deepEqual(statusChange('other', ' at lunch '), { status: 'at lunch' });
+  assert.deepEqual(statusChange('other', '   '), { status: null });
+  assert.deepEqual(statusChange('other', 'x'.repeat(50)), { status: 'x'.repeat(MAX_STATUS_CHARS) });
 });
