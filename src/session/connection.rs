@@ -629,7 +629,7 @@ impl Connection {
         let data = Data::with_claims(asked_data, &claimed, rules).map_err(|err| {
             (
                 ErrorCode::InvalidData,
-                format!("invalid data: the Join's with the token's data claim: {err}"),
+                format!("invalid data: the Join's data and the token's data claim together: {err}"),
             )
         })?;
         Ok(Arrival {

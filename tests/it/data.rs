@@ -271,6 +271,26 @@ async fn token_data_claims_win_and_set_data_cannot_change_them() {
         text.starts_with("the token's data claim: key \"Role\""),
         "{text}"
     );
+    // The claim and the Join's own entries must keep to the limits together.
+    let eight: Vec<(String, String)> = (0..8).map(|i| (format!("k{i}"), "v".into())).collect();
+    let eight: Vec<(&str, &str)> = eight
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let one = serde_json::json!({"role": "host"});
+    send_join(
+        &mut b,
+        "lobby",
+        "Bo",
+        &token("user-2", Some(one), false),
+        entries(&eight),
+    )
+    .await;
+    let text = b.expect_error(ErrorCode::InvalidData).await;
+    assert_eq!(
+        text,
+        "invalid data: the Join's data and the token's data claim together: 9 entries: at most 8 are allowed"
+    );
     let not_text = serde_json::json!({"level": 3});
     send_join(
         &mut b,
