@@ -16,8 +16,15 @@ use super::{Rules, pb, text};
 pub const MAX_KEY_CHARS: usize = 32;
 
 /// A member's data: entries sorted by key, keys unique.
+///
+/// One thin pointer, null when empty: a room's members hold it beside
+/// what the tick reads, so it keeps them as small as they were.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct Data(Box<[(String, String)]>);
+#[expect(
+    clippy::box_collection,
+    reason = "a Box<Vec> is one thin pointer, a Vec three words; data is rare and small"
+)]
+pub struct Data(Option<Box<Vec<(String, String)>>>);
 
 /// Entries to set: a value replaces the key's, `None` removes the key
 /// (an empty value on the wire). Sorted by key, keys unique.
@@ -54,29 +61,35 @@ pub enum DataError {
 impl Data {
     /// The entries, sorted by key.
     pub fn entries(&self) -> &[(String, String)] {
-        &self.0
+        self.0.as_deref().map_or(&[], Vec::as_slice)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
+        self.entries().is_empty()
+    }
+
+    /// Data of sorted, unique `entries`.
+    fn of(entries: Vec<(String, String)>) -> Self {
+        Self((!entries.is_empty()).then(|| Box::new(entries)))
     }
 
     /// The value of `key`, if set.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.0
+        let entries = self.entries();
+        entries
             .binary_search_by(|(k, _)| k.as_str().cmp(key))
             .ok()
-            .map(|at| self.0[at].1.as_str())
+            .map(|at| entries[at].1.as_str())
     }
 
     /// Bytes of keys and values together.
     pub fn bytes(&self) -> usize {
-        self.0.iter().map(|(k, v)| k.len() + v.len()).sum()
+        self.entries().iter().map(|(k, v)| k.len() + v.len()).sum()
     }
 
     /// The entries for the wire, in key order.
     pub fn to_pb(&self) -> Vec<pb::DataEntry> {
-        self.0
+        self.entries()
             .iter()
             .map(|(key, value)| pb::DataEntry {
                 key: key.clone(),
@@ -103,7 +116,7 @@ impl Data {
         }
         checked.sort_by(|a, b| a.0.cmp(&b.0));
         unique(&checked)?;
-        let data = Self(checked.into_boxed_slice());
+        let data = Self::of(checked);
         data.within(rules)?;
         Ok(data)
     }
@@ -120,7 +133,7 @@ impl Data {
         if let Some((key, _)) = changes.iter().find(|(k, _)| claimed.get(k).is_some()) {
             return Err(DataError::Claimed { key: key.clone() });
         }
-        let mut next: Vec<(String, String)> = self.0.to_vec();
+        let mut next: Vec<(String, String)> = self.entries().to_vec();
         for (key, value) in changes {
             let at = next.binary_search_by(|(k, _)| k.cmp(key));
             match (at, value) {
@@ -132,7 +145,7 @@ impl Data {
                 (Err(_), None) => {}
             }
         }
-        let data = Self(next.into_boxed_slice());
+        let data = Self::of(next);
         data.within(rules)?;
         Ok(data)
     }
@@ -144,24 +157,24 @@ impl Data {
         if claimed.is_empty() {
             return Ok(asked);
         }
-        let mut all: Vec<(String, String)> = claimed.0.to_vec();
+        let mut all: Vec<(String, String)> = claimed.entries().to_vec();
         all.extend(
             asked
                 .0
-                .into_vec()
+                .map_or_else(Vec::new, |b| *b)
                 .into_iter()
                 .filter(|(k, _)| claimed.get(k).is_none()),
         );
         all.sort_by(|a, b| a.0.cmp(&b.0));
-        let data = Self(all.into_boxed_slice());
+        let data = Self::of(all);
         data.within(rules)?;
         Ok(data)
     }
 
     fn within(&self, rules: &Rules) -> Result<(), DataError> {
-        if self.0.len() > rules.max_data_entries {
+        if self.entries().len() > rules.max_data_entries {
             return Err(DataError::TooMany {
-                count: self.0.len(),
+                count: self.entries().len(),
                 max: rules.max_data_entries,
             });
         }

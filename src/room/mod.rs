@@ -146,7 +146,8 @@ struct Member {
     /// Whether `user` is shown to the room (`Member.user`): the token
     /// allowed it (claim `share_sub`).
     share_user: bool,
-    name: String,
+    /// Boxed: the tick walks members, so each is kept small.
+    name: Box<str>,
     /// The app's data (a colour, a status), sorted by key. The tick never
     /// reads it.
     data: Data,
@@ -265,7 +266,7 @@ fn spawn_point(settings: &RoomSettings, id: MemberId) -> Position {
 fn member_pb(id: MemberId, m: &Member) -> pb::Member {
     pb::Member {
         id: id.0,
-        name: m.name.clone(),
+        name: m.name.to_string(),
         position: Some(m.motion.position.into()),
         walk: m.motion.walk.map(Into::into),
         moved_at_ms: m.moved_at_ms,
@@ -434,7 +435,7 @@ impl Rooms {
             seat,
             user,
             share_user,
-            name,
+            name: name.into_boxed_str(),
             data,
             motion: Motion::standing(start.unwrap_or_else(|| spawn_point(&self.settings, id))),
             moved_at_ms: now_ms,

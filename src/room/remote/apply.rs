@@ -108,7 +108,7 @@ impl Apply<'_> {
                     seat: m.seat,
                     share_user: m.user.is_some(),
                     user: m.user,
-                    name: m.name,
+                    name: m.name.into_boxed_str(),
                     data: m.data,
                     motion: m.motion,
                     moved_at_ms: m.moved_at_ms,

@@ -679,7 +679,7 @@ async fn a_reused_id_in_a_full_state_is_a_left_and_a_joined() {
     );
     let handle = node.rooms.map.get("lobby").map(|r| Arc::clone(r.value()));
     let handle = handle.expect("open");
-    assert_eq!(handle.state().members[&MemberId(2)].name, "Dee");
+    assert_eq!(&*handle.state().members[&MemberId(2)].name, "Dee");
     // The same seat again: the same member, nothing to tell.
     node.apply(
         "lobby",
@@ -732,7 +732,7 @@ fn ids_in_a_slot_are_lowest_free_first() {
         seat: 0,
         user: None,
         share_user: false,
-        name: String::new(),
+        name: "".into(),
         data: Data::default(),
         motion: Motion::standing(Position { x: 0, y: 0 }),
         moved_at_ms: 0,
