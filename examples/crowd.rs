@@ -167,6 +167,7 @@ async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
     .unwrap_or_else(|err| panic!("bot {i}: {err}"));
     let (mut tx, mut rx) = ws.split();
     let join = C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: ROOM.into(),
         name: format!("bot {i}"),

@@ -93,12 +93,27 @@ fn print_token(args: &TokenArgs, config: &Config) -> anyhow::Result<()> {
                 .with_context(|| format!("--rooms: {pattern:?}"))?;
         }
     }
+    let data = if args.data.is_empty() {
+        None
+    } else {
+        let map: serde_json::Map<String, serde_json::Value> = args
+            .data
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::from(v.as_str())))
+            .collect();
+        anyhow::ensure!(map.len() == args.data.len(), "--data: a key appears twice");
+        let claim = serde_json::Value::Object(map);
+        auth::data_claim(claim.clone(), &rules).map_err(|why| anyhow::anyhow!("--data: {why}"))?;
+        Some(claim)
+    };
     let claims = auth::Claims {
         sub: args.sub.clone(),
         exp: auth::unix_now() + args.ttl.as_secs(),
         name,
         rooms: args.rooms.clone(),
         start: None,
+        data,
+        share_sub: args.share_sub,
     };
     anyhow::ensure!(
         !claims.sub.is_empty() && claims.sub.len() <= auth::MAX_SUB_BYTES,

@@ -60,6 +60,7 @@ pub struct Metrics {
     pub moves_applied: Counter,
     pub moves_coalesced: Counter,
     pub chats_relayed: Counter,
+    pub data_changes: Counter,
     pub frames_received: Counter,
     pub bytes_received: Counter,
     pub frames_sent: Counter,
@@ -261,6 +262,11 @@ impl Metrics {
                 "chats_relayed",
                 "Chat messages relayed",
                 self.chats_relayed.clone(),
+            );
+            r.register(
+                "data_changes",
+                "Member data changes (SetData) sent to a room",
+                self.data_changes.clone(),
             );
             r.register(
                 "frames_received",

@@ -80,6 +80,15 @@ export declare function textProblem(text: string, maxChars: number): string | nu
 export declare function nameProblem(name: string, maxChars?: number): string | null;
 /** Why the server would refuse `room` (INVALID_ROOM), or null. */
 export declare function roomProblem(room: string, maxChars?: number): string | null;
+/**
+ * Why member data would be refused (INVALID_DATA), or null: `data` is key → value; with
+ * `removals`, '' or null removes a key (setData).
+ */
+export declare function dataProblem(
+  data: Record<string, string | null>,
+  limits?: Partial<Limits>,
+  options?: { removals?: boolean },
+): string | null;
 /** Why the server would refuse chat `text` (INVALID_CHAT), or null. */
 export declare function chatProblem(text: string, maxChars?: number): string | null;
 /** A sentence for a person about an Error code from the server. */
@@ -188,6 +197,8 @@ export interface AmbleEvents {
   joined: (member: Member) => void;
   left: (member: Member, reason: number) => void;
   moved: (member: Member) => void;
+  /** A member's data changed (yours too, once the server applied it); `previous` is the data before. */
+  data: (member: Member, previous: Readonly<Record<string, string>>) => void;
   chat: (info: ChatInfo) => void;
   resync: (members: Map<number, Member>) => void;
   pong: (rttMs: number) => void;
@@ -244,7 +255,11 @@ export declare class AmbleClient {
   /** Opens the connection, and keeps reopening it until close(). */
   connect(): this;
   /** Joins `room` as `name`; throws a RangeError for a name or room the server would refuse. */
-  join(room: string, name?: string, options?: { start?: Position | null }): this;
+  join(
+    room: string,
+    name?: string,
+    options?: { start?: Position | null; data?: Record<string, string> | null },
+  ): this;
   /** Leaves the room; the connection stays open. */
   leave(): void;
   /** Closes for good. */
@@ -260,6 +275,12 @@ export declare class AmbleClient {
   moveTo(x: number, y: number): void;
   /** Sends a chat message; false, sending nothing, when the chat budget is spent. */
   chat(text: string): boolean;
+  /**
+   * Sets entries of your member data (a value of '' or null removes the key); throws a
+   * RangeError for entries the server would refuse. False, sending nothing, when the data
+   * budget is spent.
+   */
+  setData(changes: Record<string, string | null>): boolean;
   /** How long (ms) until chat() may send again. */
   chatWaitMs(): number;
   /** The estimated server time (ms since the epoch) at local time `localMs` (now). */

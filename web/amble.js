@@ -107,7 +107,15 @@ export const DEFAULT_LIMITS = Object.freeze({
   roomCapacity: 500,
   chatIntervalMs: 2000,
   chatBurst: 5,
+  maxDataEntries: 8,
+  maxDataBytes: 512,
+  maxDataValueChars: 200,
+  dataIntervalMs: 1000,
+  dataBurst: 3,
 });
+
+/** Member data keys: 1 to 32 characters of a-z, 0-9, '_', '.' and '-'. */
+const DATA_KEY = /^[a-z0-9_.-]{1,32}$/;
 
 /** Added to the render delay for network jitter (ms). */
 const JITTER_MARGIN_MS = 100;
@@ -239,6 +247,45 @@ export function chatProblem(text, maxChars = DEFAULT_LIMITS.maxChatChars) {
   return problem;
 }
 
+/**
+ * Why member data would be refused (INVALID_DATA), or null when it is fine:
+ * `data` is an object of key → value; with `removals`, a value of '' or
+ * null removes the key (setData), otherwise every value must be text.
+ * Only the entries themselves are checked: whether a member's data after a
+ * change keeps to maxDataEntries and maxDataBytes is the server's to say.
+ */
+export function dataProblem(data, limits = DEFAULT_LIMITS, { removals = false } = {}) {
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) {
+    return 'data must be an object of key → text';
+  }
+  const keys = Object.keys(data);
+  const max = removals ? limits.maxDataEntries * 2 : limits.maxDataEntries;
+  if (keys.length > max) return `at most ${max} entries`;
+  let bytes = 0;
+  for (const key of keys) {
+    if (!DATA_KEY.test(key)) return `key ${JSON.stringify(key)}: 1 to 32 characters of a-z, 0-9, '_', '.' and '-'`;
+    const value = data[key];
+    if (removals && (value === '' || value === null)) continue;
+    if (typeof value !== 'string') return `key ${JSON.stringify(key)}: the value must be text`;
+    const problem = textProblem(value, limits.maxDataValueChars);
+    if (problem) return `key ${JSON.stringify(key)}: ${problem === 'blank' ? 'the value is blank' : problem === 'empty' ? 'the value is empty' : problem}`;
+    bytes += key.length + utf8Length(value.normalize('NFC'));
+  }
+  if (!removals && bytes > limits.maxDataBytes) return `at most ${limits.maxDataBytes} bytes of keys and values`;
+  return null;
+}
+
+function utf8Length(text) {
+  return new TextEncoder().encode(text).length;
+}
+
+/** Wire entries (`[{ key, value }]`, sorted by key) for data `{ key: value }`. */
+function dataEntries(data) {
+  return Object.keys(data ?? {})
+    .sort()
+    .map((key) => ({ key, value: data[key] === null ? '' : data[key].normalize('NFC') }));
+}
+
 /** A sentence for a person about an Error code from the server. */
 export function explainError(code, serverMessage = '') {
   switch (code) {
@@ -267,6 +314,8 @@ export function explainError(code, serverMessage = '') {
       return "You don't have access to this room.";
     case ErrorCode.REPLACED:
       return 'You joined this room from another tab or device, so this one was disconnected.';
+    case ErrorCode.INVALID_DATA:
+      return `That can't be set${serverMessage ? ` (${serverMessage})` : ''}.`;
     default:
       return serverMessage || `Server error ${code}.`;
   }
@@ -280,6 +329,7 @@ const REFUSALS = new Set([
   ErrorCode.UNAUTHENTICATED,
   ErrorCode.FORBIDDEN,
   ErrorCode.RATE_LIMITED,
+  ErrorCode.INVALID_DATA,
 ]);
 
 /** The wait a RATE_LIMITED message names ("... next allowed in 1840 ms"), or null. */
@@ -355,6 +405,8 @@ function serverUrls(options) {
  * - `left` (member, reason) — someone left (reason: LeaveReason)
  * - `moved` (member) — a motion update for someone else
  * - `chat` ({ member, memberId, text, serverTimeMs }) — member may be null
+ * - `data` (member, previous) — a member's data changed (yours included):
+ *   `member.data` is the new one, `previous` the one before
  * - `resync` (members) — the member list was replaced by a snapshot
  * - `pong` (rttMs)
  * - `error` ({ code, message, text, refused }) — Error from the server
@@ -454,6 +506,8 @@ export class AmbleClient {
     this.lastFreeMoveAt = -Infinity;
     this.chatTokens = 0;
     this.chatTokensAt = 0;
+    this.dataTokens = 0;
+    this.dataTokensAt = 0;
   }
 
   /** The server URL in use, or the one the next attempt goes to. */
@@ -534,9 +588,11 @@ export class AmbleClient {
    * token's `name` claim supplies it. The answer comes as a `welcome` or an
    * `error` event.
    */
-  join(room, name = '', { start = null } = {}) {
+  join(room, name = '', { start = null, data = {} } = {}) {
     const tokenNames = name === '' && (this.token !== null || this.getToken !== null);
-    const problem = roomProblem(room) ?? (tokenNames ? null : nameProblem(name, this.limits.maxNameChars));
+    const problem = roomProblem(room)
+      ?? (tokenNames ? null : nameProblem(name, this.limits.maxNameChars))
+      ?? dataProblem(data, this.limits);
     if (problem) throw new RangeError(problem);
     if (start !== null && !(Number.isFinite(start?.x) && Number.isFinite(start?.y) && start.x >= 0 && start.y >= 0)) {
       throw new RangeError('start must be { x, y } in cm, both finite and not negative');
@@ -545,7 +601,10 @@ export class AmbleClient {
     this.clearRoom(); // a new join is a new arrival, not a rejoin
     // The server keeps names in NFC: so does the client, to match its own.
     const at = start === null ? null : { x: Math.round(start.x), y: Math.round(start.y) };
-    this.wanted = { room, name: name.normalize('NFC'), start: at };
+    // The data goes with every Join of this room, and follows setData, so
+    // a rejoin after a reconnect carries the data as it was last set.
+    const wantedData = Object.fromEntries(dataEntries(data).map((e) => [e.key, e.value]));
+    this.wanted = { room, name: name.normalize('NFC'), start: at, data: wantedData };
     if (this.ws && this.ws.readyState === 1) this.sendJoin();
     else this.connect();
     return this;
@@ -726,8 +785,9 @@ export class AmbleClient {
   sendJoin() {
     this.setState(State.JOINING);
     const { room, name, start } = this.wanted;
+    const data = dataEntries(this.wanted.data);
     if (this.getToken === null) {
-      this.send({ join: { room, name, token: this.token ?? '', start } });
+      this.send({ join: { room, name, token: this.token ?? '', start, data } });
       return;
     }
     // A fresh token for every Join. Its answer is used only if the socket
@@ -748,7 +808,7 @@ export class AmbleClient {
           this.tokenFailed(new TypeError('getToken must resolve to a token string'));
           return;
         }
-        this.send({ join: { room, name, token, start } });
+        this.send({ join: { room, name, token, start, data } });
       },
       (err) => {
         if (current()) this.tokenFailed(err);
@@ -907,6 +967,38 @@ export class AmbleClient {
     return true;
   }
 
+  /**
+   * Sets entries of your member data (`{ key: value }`; a value of '' or
+   * null removes the key). Everyone in the room, you included, gets a
+   * `data` event once the server applied it; it stays for rejoins. Throws
+   * a RangeError for entries the server would refuse (see dataProblem).
+   * Returns false, sending nothing, when the data budget (limits.dataBurst,
+   * one more per dataIntervalMs) is spent.
+   */
+  setData(changes) {
+    if (this.state !== State.JOINED) throw new Error('setData needs a room: join one first');
+    const problem = dataProblem(changes, this.limits, { removals: true });
+    if (problem) throw new RangeError(problem);
+    const now = this.now();
+    const interval = this.limits.dataIntervalMs + PACING_SLACK_MS;
+    const burst = Math.max(1, this.limits.dataBurst);
+    this.dataTokens = Math.min(burst, this.dataTokens + (now - this.dataTokensAt) / interval);
+    this.dataTokensAt = now;
+    if (this.dataTokens < 1) return false;
+    this.dataTokens -= 1;
+    const entries = dataEntries(changes);
+    if (!this.send({ setData: { data: entries } })) return false;
+    if (this.wanted) {
+      const next = { ...this.wanted.data };
+      for (const { key, value } of entries) {
+        if (value === '') delete next[key];
+        else next[key] = value;
+      }
+      this.wanted.data = next;
+    }
+    return true;
+  }
+
   /** How long (ms) until chat() may send again: 0 when it may now. */
   chatWaitMs() {
     const interval = this.limits.chatIntervalMs + PACING_SLACK_MS;
@@ -942,6 +1034,7 @@ export class AmbleClient {
     else if (msg.pong) this.onPong(msg.pong);
     else if (msg.error) this.onError(msg.error);
     else if (msg.resync) this.onResync(msg.resync);
+    else if (msg.memberData) this.onMemberData(msg.memberData);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
 
@@ -973,6 +1066,8 @@ export class AmbleClient {
     this.lastFreeMoveAt = -Infinity;
     this.chatTokens = this.limits.chatBurst;
     this.chatTokensAt = localNow;
+    this.dataTokens = this.limits.dataBurst;
+    this.dataTokensAt = localNow;
     this.pending = null;
     this.lastSentStand = null;
     this.attempt = 0;
@@ -1042,6 +1137,8 @@ export class AmbleClient {
           const p = m.position ?? { x: 0, y: 0 };
           kept.reset(m.movedAtMs, p.x, p.y, m.walk, easeAt);
         }
+        kept.setData(m.data);
+        kept.user = m.user ? m.user : null;
         next.set(m.id, kept);
       } else {
         next.set(m.id, Member.fromWire(m, { isSelf: m.id === this.memberId, tuning: this.tuning }));
@@ -1077,6 +1174,15 @@ export class AmbleClient {
     });
   }
 
+  onMemberData(d) {
+    if (this.state !== State.JOINED) return;
+    const m = this.members.get(d.memberId);
+    if (!m) return;
+    const previous = m.data;
+    m.setData(d.data);
+    this.emit('data', m, previous);
+  }
+
   onPong(p) {
     this.rttMs = this.clock.sample(p.clientTimeMs, p.serverTimeMs, this.now());
     this.emit('pong', this.rttMs);
@@ -1086,7 +1192,8 @@ export class AmbleClient {
     const info = { code: e.code, message: e.message, text: explainError(e.code, e.message), refused: false };
     if (e.code === ErrorCode.RATE_LIMITED) {
       info.retryInMs = retryAfterMs(e.message);
-      if (info.retryInMs !== null && this.state === State.JOINED) {
+      const dataDropped = e.message.startsWith('data budget');
+      if (info.retryInMs !== null && this.state === State.JOINED && !dataDropped) {
         // A chat the server dropped: wait as long as it says.
         const interval = this.limits.chatIntervalMs + PACING_SLACK_MS;
         this.chatTokens = Math.min(1 - this.chatWaitMs() / interval, 1 - info.retryInMs / interval);

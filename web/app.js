@@ -8,6 +8,9 @@ import { AmbleClient, ErrorCode, State, nameProblem, roomProblem } from './amble
 import { FloorView, avatarSprite, bubbleSprite, distinctColour, labelSprite } from './view.js';
 import {
   ReturnFilter,
+  STATUSES,
+  dataColour,
+  dataStatus,
   errorInChat,
   inSeconds,
   keyBelongsTo,
@@ -16,6 +19,7 @@ import {
   outageReason,
   roomStatus,
   serverUrls,
+  statusChange,
   titleFor,
 } from './ui.js';
 
@@ -24,6 +28,8 @@ const WALK_SPEED_CM_S = 300; // click-to-move
 const ROOMS_REFRESH_MS = 3000;
 const MAX_MESSAGES = 150;
 const NAME_KEY = 'amble.name';
+const COLOUR_KEY = 'amble.colour'; // member data: the colour and status you chose
+const STATUS_KEY = 'amble.status';
 const STATS_KEY = 'amble.stats';
 const GO_TO_SPEED_CM_S = 900; // "go to" someone from the People list
 const HIGHLIGHT_MS = 6000; // how long someone you went to stays marked
@@ -78,6 +84,10 @@ const ui = {
   chatForm: $('chat-form'),
   chatInput: $('chat-input'),
   chatStatus: $('chat-status'),
+  meForm: $('me-form'),
+  myColour: $('my-colour'),
+  myStatus: $('my-status'),
+  myStatusText: $('my-status-text'),
 };
 
 // This server, then the other cluster nodes a `?nodes=3000,3001` names: a reconnect tries the next.
@@ -100,12 +110,14 @@ let selfEntry = null;
 function addEntry(member) {
   removeEntry(member.id);
   const twins = entries.filter((o) => o.name === member.name);
-  const colour = distinctColour(member.name, twins.map((o) => o.colour));
+  // A colour the member chose (its data) wins; else one told apart from its twins'.
+  const colour = dataColour(member.data) ?? distinctColour(member.name, twins.map((o) => o.colour));
   const e = {
     member,
     id: member.id,
     name: member.name,
     colour,
+    status: dataStatus(member.data),
     tag: '',
     sprite: avatarSprite(member.name, colour),
     label: null,
@@ -147,7 +159,7 @@ function retag(name) {
     const tag = twins.length > 1 ? `#${o.id}` : '';
     if (o.label && o.tag === tag) continue;
     o.tag = tag;
-    o.label = labelSprite(o.name, o.member.isSelf, view.dpr, tag);
+    o.label = labelSprite(o.name, o.member.isSelf, view.dpr, tag, o.status);
   }
 }
 
@@ -161,7 +173,7 @@ function syncEntries() {
 }
 
 function rebuildLabels() {
-  for (const e of entries) e.label = labelSprite(e.name, e.member.isSelf, view.dpr, e.tag);
+  for (const e of entries) e.label = labelSprite(e.name, e.member.isSelf, view.dpr, e.tag, e.status);
 }
 
 /** A name as shown in lists: with its number when someone else has it too. */
@@ -295,8 +307,83 @@ function requestJoin() {
   ui.join.disabled = true;
   ui.join.textContent = 'Joining…';
   joinPending = true;
-  client.join(room, name);
+  client.join(room, name, { data: myData() });
 }
+
+// ------------------------------------------------------------ member data
+
+/** The colour and status you chose (kept in localStorage), as member data. */
+function myData() {
+  const data = {};
+  const colour = dataColour({ colour: localStorage.getItem(COLOUR_KEY) });
+  if (colour) data.colour = colour;
+  const status = localStorage.getItem(STATUS_KEY);
+  if (status && [...status].length <= 40 && status.trim() !== '') data.status = status.trim();
+  return data;
+}
+
+/** The side panel's picker shows what you chose. */
+function showMyData() {
+  const mine = myData();
+  ui.myColour.value = mine.colour ?? (selfEntry ? selfEntry.colour : '#7c9cff');
+  const status = mine.status ?? '';
+  const known = status === '' || STATUSES.includes(status);
+  ui.myStatus.value = known ? status : 'other';
+  ui.myStatusText.hidden = known;
+  ui.myStatusText.value = known ? '' : status;
+}
+
+/** Sends a change of your data, once the budget allows (a burst of a few, then one a second). */
+let dataRetry = null;
+function sendMyData(change) {
+  clearTimeout(dataRetry);
+  if (client.state !== State.JOINED) return;
+  try {
+    if (!client.setData(change)) dataRetry = setTimeout(() => sendMyData(change), client.limits.dataIntervalMs);
+  } catch (err) {
+    addNotice(`Can't set that: ${err.message}.`, true);
+  }
+}
+
+ui.myColour.addEventListener('change', () => {
+  const colour = dataColour({ colour: ui.myColour.value });
+  if (!colour) return;
+  localStorage.setItem(COLOUR_KEY, colour);
+  sendMyData({ colour });
+});
+
+function statusPicked() {
+  const other = ui.myStatus.value === 'other';
+  ui.myStatusText.hidden = !other;
+  if (other && ui.myStatusText.value.trim() === '') {
+    ui.myStatusText.focus();
+    return;
+  }
+  const change = ui.myStatus.value === '' ? { status: null } : statusChange(ui.myStatus.value, ui.myStatusText.value);
+  if (change.status) localStorage.setItem(STATUS_KEY, change.status);
+  else localStorage.removeItem(STATUS_KEY);
+  sendMyData(change);
+}
+
+ui.myStatus.addEventListener('change', statusPicked);
+ui.myStatusText.addEventListener('change', statusPicked);
+ui.meForm.addEventListener('submit', (ev) => {
+  ev.preventDefault();
+  statusPicked();
+});
+
+client.on('data', (member) => {
+  const e = byId.get(member.id);
+  if (!e) return;
+  const colour = dataColour(member.data);
+  if (colour && colour !== e.colour) {
+    e.colour = colour;
+    e.sprite = avatarSprite(e.name, colour);
+  }
+  e.status = dataStatus(member.data);
+  e.label = labelSprite(e.name, member.isSelf, view.dpr, e.tag, e.status);
+  peopleDirty = true;
+});
 
 ui.joinForm.addEventListener('submit', (ev) => {
   ev.preventDefault();
@@ -317,6 +404,7 @@ function showRoom() {
   if (location.hash.slice(1) !== client.room) history.replaceState(null, '', `#${client.room}`);
   updateTitle();
   updateChatStatus();
+  showMyData();
 }
 
 ui.leave.addEventListener('click', () => {
@@ -703,6 +791,12 @@ function renderPeople() {
     const who = document.createElement('span');
     who.className = 'who';
     who.textContent = shownName(e, m.name);
+    if (e?.status) {
+      const status = document.createElement('span');
+      status.className = 'status';
+      status.textContent = e.status;
+      who.append(status);
+    }
     row.append(sw, who);
     const tag = document.createElement('span');
     tag.className = 'tag';
@@ -1025,6 +1119,10 @@ Object.defineProperty(window, 'ambleDemo', {
         onScreen: e.onScreen,
         colour: e.colour,
         label: e.tag ? `${e.name} ${e.tag}` : e.name,
+        /** What is shown under the name (member data `status`), '' for none. */
+        status: e.status,
+        data: { ...e.member.data },
+        user: e.member.user,
       })),
     /** Edge markers drawn in the last frame: member id and CSS px on the canvas. */
     markers: () => view.markers.slice(0, view.markerCount).map((m) => ({ ...m })),

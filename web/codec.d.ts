@@ -35,6 +35,7 @@ export declare const ErrorCode: Readonly<{
   UNAUTHENTICATED: 17;
   FORBIDDEN: 18;
   REPLACED: 19;
+  INVALID_DATA: 20;
 }>;
 /** A code the server may send (a newer server may send one this SDK does not name). */
 export type ErrorCodeValue = number;
@@ -93,6 +94,20 @@ export interface Limits {
   roomCapacity: number;
   chatIntervalMs: number;
   chatBurst: number;
+  /** Member data: at most this many entries, keys and values together at most maxDataBytes (UTF-8). */
+  maxDataEntries: number;
+  maxDataBytes: number;
+  /** A value's length in characters. */
+  maxDataValueChars: number;
+  /** SetData budget: dataBurst changes, refilled one per dataIntervalMs. */
+  dataIntervalMs: number;
+  dataBurst: number;
+}
+
+/** One entry of a member's data (`amble.v1.DataEntry`); members carry them sorted by key. */
+export interface DataEntry {
+  key: string;
+  value: string;
 }
 
 /** `amble.v1.Member`: a member in a snapshot or a Joined. */
@@ -103,6 +118,10 @@ export interface WireMember {
   walk: Walk | null;
   /** The server time (ms since the epoch) `position` applies to. */
   movedAtMs: number;
+  /** The app's data, sorted by key. */
+  data: DataEntry[];
+  /** The token's `sub` when the token's `share_sub` claim allows it, else ''. */
+  user: string;
 }
 export interface Snapshot {
   serverTimeMs: number;
@@ -117,6 +136,8 @@ export interface Join {
   token: string;
   /** Where to appear (cm), or null for the server's spawn rule. */
   start: Position | null;
+  /** The member's data at the start (a token's `data` claim wins). */
+  data: DataEntry[];
 }
 export interface Move {
   position: Position | null;
@@ -131,6 +152,10 @@ export interface Ping {
   clientTimeMs: number;
 }
 export type Leave = Record<string, never>;
+/** Entries to set; an empty value removes its key. */
+export interface SetData {
+  data: DataEntry[];
+}
 
 /** A decoded ClientMessage: exactly one body. When encoding, fields left out are their defaults. */
 export type ClientMessage =
@@ -138,7 +163,8 @@ export type ClientMessage =
   | { move: Move }
   | { chat: SendChat }
   | { ping: Ping }
-  | { leave: Leave };
+  | { leave: Leave }
+  | { setData: SetData };
 
 /** What `encodeClientMessage` takes: a body whose fields may be left out (then their default). */
 export type ClientMessageInput =
@@ -146,7 +172,8 @@ export type ClientMessageInput =
   | { move: Partial<Move> }
   | { chat: Partial<SendChat> }
   | { ping: Partial<Ping> }
-  | { leave: Leave };
+  | { leave: Leave }
+  | { setData: Partial<SetData> };
 
 // ------------------------------------------------------------- server → client
 
@@ -176,6 +203,11 @@ export interface Pong {
   clientTimeMs: number;
   serverTimeMs: number;
 }
+/** A member's whole data after a change. */
+export interface MemberData {
+  memberId: number;
+  data: DataEntry[];
+}
 export interface ServerError {
   code: ErrorCodeValue;
   message: string;
@@ -190,6 +222,7 @@ export interface ServerMessage {
   pong?: Pong;
   error?: ServerError;
   resync?: Snapshot;
+  memberData?: MemberData;
   motion: number[];
 }
 

@@ -17,7 +17,7 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = '4470d7edbd3776d2';
+export const SCHEMA_FNV1A64 = 'd747c36c01a68be9';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
@@ -56,6 +56,7 @@ export const ErrorCode = Object.freeze({
   UNAUTHENTICATED: 17,
   FORBIDDEN: 18,
   REPLACED: 19,
+  INVALID_DATA: 20,
 });
 
 /** Why a member left (`amble.v1.LeaveReason`). */
@@ -418,23 +419,66 @@ const decodeWalk = kind(
   },
 );
 
+function encodeDataEntry(w, e, field = 'data') {
+  w.string(1, str(e.key, `${field}.key`));
+  w.string(2, str(e.value, `${field}.value`));
+}
+
+const decodeDataEntry = kind(
+  () => ({ key: '', value: '' }),
+  (r, n, wt, e) => {
+    switch (n) {
+      case 1: e.key = readString(r, wt, 'DataEntry.key'); return true;
+      case 2: e.value = readString(r, wt, 'DataEntry.value'); return true;
+      default: return false;
+    }
+  },
+);
+
+/** Writes repeated DataEntry field `number` from `entries` ([{ key, value }]). */
+function encodeData(w, number, entries, field) {
+  if (entries === undefined || entries === null) return;
+  if (!Array.isArray(entries)) throw new TypeError(`${field} must be an array of { key, value }`);
+  entries.forEach((e, i) => w.message(number, e, (ww, x) => encodeDataEntry(ww, x, `${field}[${i}]`)));
+}
+
+/** Repeated: each occurrence is one more entry, not a merge. */
+function readDataEntry(r, wt, name) {
+  return readMessage(r, wt, name, null, decodeDataEntry);
+}
+
 function encodeJoin(w, join) {
   w.string(1, str(join.room, 'join.room'));
   w.string(2, str(join.name, 'join.name'));
   w.string(3, str(join.token, 'join.token'));
   w.message(4, join.start, (ww, p) => encodePosition(ww, p, 'join.start'));
+  encodeData(w, 6, join.data, 'join.data');
 }
 
 const decodeJoin = kind(
-  () => ({ name: '', room: '', start: null, token: '' }),
+  () => ({ data: [], name: '', room: '', start: null, token: '' }),
   (r, n, wt, join) => {
     switch (n) {
       case 1: join.room = readString(r, wt, 'Join.room'); return true;
       case 2: join.name = readString(r, wt, 'Join.name'); return true;
       case 3: join.token = readString(r, wt, 'Join.token'); return true;
       case 4: join.start = readMessage(r, wt, 'Join.start', join.start, decodePosition); return true;
+      case 6: join.data.push(readDataEntry(r, wt, 'Join.data')); return true;
       default: return false;
     }
+  },
+);
+
+function encodeSetData(w, set) {
+  encodeData(w, 1, set.data, 'setData.data');
+}
+
+const decodeSetData = kind(
+  () => ({ data: [] }),
+  (r, n, wt, set) => {
+    if (n !== 1) return false;
+    set.data.push(readDataEntry(r, wt, 'SetData.data'));
+    return true;
   },
 );
 
@@ -504,6 +548,11 @@ const LIMIT_FIELDS = [
   'roomCapacity',
   'chatIntervalMs',
   'chatBurst',
+  'maxDataEntries',
+  'maxDataBytes',
+  'maxDataValueChars',
+  'dataIntervalMs',
+  'dataBurst',
 ];
 
 function encodeLimits(w, limits) {
@@ -529,10 +578,12 @@ function encodeMember(w, m) {
   w.message(3, m.position, (ww, p) => encodePosition(ww, p, 'member.position'));
   w.message(4, m.walk, (ww, walk) => encodeWalk(ww, walk, 'member.walk'));
   w.scalar(5, u64(m.movedAtMs, 'member.movedAtMs'));
+  encodeData(w, 6, m.data, 'member.data');
+  w.string(7, str(m.user ?? '', 'member.user'));
 }
 
 const decodeMember = kind(
-  () => ({ id: 0, movedAtMs: 0, name: '', position: null, walk: null }),
+  () => ({ data: [], id: 0, movedAtMs: 0, name: '', position: null, user: '', walk: null }),
   (r, n, wt, m) => {
     switch (n) {
       case 1: m.id = readU32(r, wt, 'Member.id'); return true;
@@ -540,6 +591,8 @@ const decodeMember = kind(
       case 3: m.position = readMessage(r, wt, 'Member.position', m.position, decodePosition); return true;
       case 4: m.walk = readMessage(r, wt, 'Member.walk', m.walk, decodeWalk); return true;
       case 5: m.movedAtMs = readU64(r, wt, 'Member.movedAtMs'); return true;
+      case 6: m.data.push(readDataEntry(r, wt, 'Member.data')); return true;
+      case 7: m.user = readString(r, wt, 'Member.user'); return true;
       default: return false;
     }
   },
@@ -633,6 +686,22 @@ const decodeChatMessage = kind(
   },
 );
 
+function encodeMemberData(w, d) {
+  w.scalar(1, u32(d.memberId, 'memberData.memberId'));
+  encodeData(w, 2, d.data, 'memberData.data');
+}
+
+const decodeMemberData = kind(
+  () => ({ data: [], memberId: 0 }),
+  (r, n, wt, d) => {
+    switch (n) {
+      case 1: d.memberId = readU32(r, wt, 'MemberData.memberId'); return true;
+      case 2: d.data.push(readDataEntry(r, wt, 'MemberData.data')); return true;
+      default: return false;
+    }
+  },
+);
+
 function encodePong(w, p) {
   w.scalar(1, u64(p.clientTimeMs, 'pong.clientTimeMs'));
   w.scalar(2, u64(p.serverTimeMs, 'pong.serverTimeMs'));
@@ -674,6 +743,7 @@ const CLIENT_BODIES = [
   [3, 'chat', encodeSendChat, decodeSendChat],
   [4, 'ping', encodePing, decodePing],
   [5, 'leave', () => {}, decodeLeave],
+  [6, 'setData', encodeSetData, decodeSetData],
 ];
 
 const SERVER_BODIES = [
@@ -684,7 +754,14 @@ const SERVER_BODIES = [
   [5, 'pong', encodePong, decodePong],
   [6, 'error', encodeError, decodeError],
   [7, 'resync', encodeSnapshot, decodeSnapshot],
+  // 8 is the motion batch (SERVER_MOTION_FIELD).
+  [9, 'memberData', encodeMemberData, decodeMemberData],
 ];
+
+/** A oneof's bodies by field number. */
+const byNumber = (bodies) => new Map(bodies.map((b) => [b[0], b]));
+const CLIENT_BY_NUMBER = byNumber(CLIENT_BODIES);
+const SERVER_BY_NUMBER = byNumber(SERVER_BODIES);
 
 const SERVER_MOTION_FIELD = 8;
 
@@ -739,7 +816,7 @@ export function decodeClientMessage(bytes) {
   const msg = {};
   let current = null;
   readFields(r, r.buf.length, (rr, n, wt) => {
-    const body = CLIENT_BODIES[n - 1];
+    const body = CLIENT_BY_NUMBER.get(n);
     if (!body) return false;
     current = readBody(rr, wt, msg, current, body);
     return true;
@@ -785,7 +862,7 @@ export function decodeServerMessage(bytes) {
       }
       return true;
     }
-    const body = SERVER_BODIES[n - 1];
+    const body = SERVER_BY_NUMBER.get(n);
     if (!body) return false;
     current = readBody(rr, wt, msg, current, body);
     return true;

@@ -1,7 +1,7 @@
 // Types of member.js: a room member and its motion model. Written by hand
 // for the public API (see codec.d.ts).
 
-import type { Position, WireMember } from './codec.js';
+import type { DataEntry, Position, WireMember } from './codec.js';
 
 /** The motion model's constants; AmbleClient derives them from the server's Limits. */
 export interface Tuning {
@@ -42,6 +42,12 @@ export declare class Member {
   readonly name: string;
   /** True for the client's own member, whose motion is predicted locally. */
   isSelf: boolean;
+  /** The app's data (key → value, frozen; replaced whole on each change). */
+  data: Readonly<Record<string, string>>;
+  /** The app's user id (the token's `sub`) when its token shares it, else null. */
+  user: string | null;
+  /** Replaces the data with wire entries (`[{ key, value }]`). */
+  setData(entries: DataEntry[] | null | undefined): void;
   tuning: Tuning;
   /** Newest last; at most 16. */
   keyframes: Keyframe[];

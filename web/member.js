@@ -102,6 +102,10 @@ export class Member {
     this.easeFrom = 0;
     /** Motion updates applied to this member. */
     this.updates = 0;
+    /** The app's data (key → value, frozen; replaced whole on each change). */
+    this.data = Object.freeze({});
+    /** The app's user id (the token's `sub`) when its token shares it, else null. */
+    this.user = null;
   }
 
   /** A Member from a decoded `amble.v1.Member` (a snapshot or Joined entry). */
@@ -109,7 +113,19 @@ export class Member {
     const member = new Member(m.id, m.name, options);
     const p = m.position ?? { x: 0, y: 0 };
     member.reset(m.movedAtMs, p.x, p.y, m.walk);
+    member.setData(m.data);
+    member.user = m.user ? m.user : null;
     return member;
+  }
+
+  /**
+   * Replaces the member's data with wire entries (`[{ key, value }]`, as
+   * `Member.data` and `MemberData` carry them). `data` is a frozen plain
+   * object, key → value, replaced whole on each change.
+   */
+  setData(entries) {
+    // fromEntries defines own properties: a key like "__proto__" stays data.
+    this.data = Object.freeze(Object.fromEntries((entries ?? []).map((e) => [e.key, e.value])));
   }
 
   /** The server time of the newest keyframe. */

@@ -193,3 +193,37 @@ export function contrast(a, b) {
   const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x);
   return (hi + 0.05) / (lo + 0.05);
 }
+
+/** The statuses the demo offers; anything else is free text ("other"). */
+export const STATUSES = Object.freeze(['available', 'busy', 'presenting']);
+
+/** Longest free-text status the demo sends (the server allows more). */
+export const MAX_STATUS_CHARS = 40;
+
+/**
+ * The avatar colour a member's data asks for (`data.colour`, `#rrggbb`), in
+ * lower case, or null when it has none or not in that form (data is the
+ * app's: another page may have put anything there).
+ */
+export function dataColour(data) {
+  const c = data?.colour;
+  return typeof c === 'string' && /^#[0-9a-f]{6}$/i.test(c) ? c.toLowerCase() : null;
+}
+
+/** A member's status to show under its name: `data.status`, trimmed and cut short, or ''. */
+export function dataStatus(data) {
+  const s = data?.status;
+  if (typeof s !== 'string') return '';
+  const chars = [...s.trim()];
+  return chars.length > MAX_STATUS_CHARS ? `${chars.slice(0, MAX_STATUS_CHARS - 1).join('')}…` : chars.join('');
+}
+
+/**
+ * The data entries a status picker gives: the choice, or the free text
+ * when the choice is 'other' ('' or null removes the status).
+ */
+export function statusChange(choice, text) {
+  if (STATUSES.includes(choice)) return { status: choice };
+  const t = (text ?? '').trim();
+  return { status: t === '' ? null : [...t].slice(0, MAX_STATUS_CHARS).join('') };
+}

@@ -167,28 +167,48 @@ export function avatarSprite(name, colour) {
 /** Longest name label, CSS px; longer names are cut with an ellipsis. */
 const LABEL_MAX_CSS = 150;
 
-/** A name label pill; `self` gets the accent colour. `tag` tells same-named members apart. */
-export function labelSprite(name, self, dpr, tag = '') {
+/**
+ * A name label pill; `self` gets the accent colour. `tag` tells same-named
+ * members apart. A `status` (member data) is a second, smaller line under
+ * the name.
+ */
+export function labelSprite(name, self, dpr, tag = '', status = '') {
   const size = 12 * dpr;
   const font = `${self ? 700 : 500} ${size}px ${FONT}`;
+  const statusSize = 10.5 * dpr;
+  const statusFont = `500 ${statusSize}px ${FONT}`;
   const measure = canvas(1, 1).getContext('2d');
   measure.font = font;
   const suffix = `${tag ? ` ${tag}` : ''}${self ? ' (you)' : ''}`;
   const suffixW = suffix ? measure.measureText(suffix).width : 0;
   const shown = ellipsize(name, LABEL_MAX_CSS * dpr - suffixW, (t) => measure.measureText(t).width);
   const text = `${shown}${suffix}`;
-  const w = measure.measureText(text).width;
+  const nameW = measure.measureText(text).width;
+  let w = nameW;
+  let statusText = '';
+  if (status) {
+    measure.font = statusFont;
+    statusText = ellipsize(status, LABEL_MAX_CSS * dpr, (t) => measure.measureText(t).width);
+    w = Math.max(w, measure.measureText(statusText).width);
+  }
   const padX = 7 * dpr;
-  const h = size + 8 * dpr;
+  const lineH = size + 8 * dpr;
+  const h = statusText ? lineH + statusSize + 2 * dpr : lineH;
   const c = canvas(w + padX * 2, h);
   const g = c.getContext('2d');
   g.fillStyle = self ? 'rgba(124,156,255,0.92)' : 'rgba(10,14,20,0.72)';
-  roundRect(g, 0, 0, c.width, c.height, h / 2);
+  roundRect(g, 0, 0, c.width, c.height, Math.min(lineH / 2, h / 2));
   g.fill();
   g.font = font;
   g.textBaseline = 'middle';
   g.fillStyle = self ? '#0b1020' : '#e6edf3';
-  g.fillText(text, padX, h / 2 + 0.5 * dpr);
+  // With a status both lines are centred; alone, the name sits as it always did.
+  g.fillText(text, statusText ? (c.width - nameW) / 2 : padX, lineH / 2 + 0.5 * dpr);
+  if (statusText) {
+    g.font = statusFont;
+    g.fillStyle = self ? 'rgba(11,16,32,0.8)' : 'rgba(230,237,243,0.72)';
+    g.fillText(statusText, (c.width - g.measureText(statusText).width) / 2, lineH - 1 * dpr + statusSize / 2);
+  }
   return c;
 }
 

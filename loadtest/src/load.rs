@@ -123,6 +123,7 @@ pub async fn server_limits(plan: &Plan, addr: SocketAddr) -> anyhow::Result<pb::
         .await
         .map_err(|(_, e)| e)?;
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: format!("lt-{}-probe", plan.run_tag),
         name: format!("probe-{}", plan.run_tag),

@@ -802,6 +802,7 @@ async fn bots_walk_in_a_named_room_beside_a_person() {
     let url = server.ws_url();
     let mut ada = person(&url).await;
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "lobby".into(),
         name: "Ada".into(),

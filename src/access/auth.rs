@@ -3,7 +3,8 @@
 //! With a key configured (`--auth-hs256-secret-file`, or
 //! `--auth-public-key-file` for RS256 or EdDSA), every `Join` must carry a
 //! token the app's backend signed: `sub` (the app's user id) and `exp` are
-//! required, `name` replaces the display name asked for, and `rooms` lists
+//! required, `name` replaces the display name asked for, `data` sets member
+//! data the Join cannot change, `share_sub` shows `sub` to the room, and `rooms` lists
 //! the rooms the token allows (a trailing `*` matches any suffix). Without a
 //! key the [`Gate`] is open and tokens are ignored, as before tokens existed.
 //!
@@ -20,7 +21,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use prometheus_client::metrics::counter::Counter;
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::{DecodeError, ErrorCode, Rules, validate_room};
+use crate::protocol::{Data, DecodeError, ErrorCode, Rules, pb, validate_room};
 
 /// Who may join: the key tokens are checked with (`--auth-*`). At most
 /// one of the two files.
@@ -157,6 +158,15 @@ pub struct Claims {
     /// start the Join asks for; checked to be within the world.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub start: Option<StartClaim>,
+    /// Member data the token sets (`{"role": "host"}`): an object of
+    /// string values, held to the rules of a Join's data. Its entries win
+    /// over the Join's, and SetData cannot change them. Checked when the
+    /// Join is settled, so that a bad one is refused as INVALID_DATA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<serde_json::Value>,
+    /// Whether the room may see `sub` (as `Member.user`). Never by default.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub share_sub: bool,
 }
 
 /// A token's `start` claim.
@@ -189,6 +199,29 @@ pub fn check_room_pattern(pattern: &str, rules: &Rules) -> Result<(), DecodeErro
     }
 }
 
+/// Reads a token's `data` claim: an object whose values are strings, held
+/// to the rules of a Join's data. The error says what is wrong with it.
+pub fn data_claim(value: serde_json::Value, rules: &Rules) -> Result<Data, String> {
+    let serde_json::Value::Object(map) = value else {
+        return Err("not an object of strings (`{\"key\": \"value\"}`)".into());
+    };
+    if map.len() > rules.max_data_entries {
+        return Err(format!(
+            "{} entries: at most {} are allowed",
+            map.len(),
+            rules.max_data_entries
+        ));
+    }
+    let mut entries = Vec::with_capacity(map.len());
+    for (key, value) in map {
+        let serde_json::Value::String(value) = value else {
+            return Err(format!("key {key:?}: the value is not a string"));
+        };
+        entries.push(pb::DataEntry { key, value });
+    }
+    Data::check(entries, rules).map_err(|err| err.to_string())
+}
+
 /// What an admitted Join brings with it.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct Admission {
@@ -198,6 +231,10 @@ pub struct Admission {
     pub name: Option<String>,
     /// The token's `start` claim, not yet checked against the world.
     pub start: Option<StartClaim>,
+    /// The token's `data` claim, not yet checked against the data rules.
+    pub data: Option<serde_json::Value>,
+    /// The token's `share_sub` claim.
+    pub share_sub: bool,
 }
 
 /// Why a Join's token was refused. Each is counted under its
@@ -447,6 +484,8 @@ impl Verifier {
             user: Some(Arc::from(claims.sub)),
             name: claims.name,
             start: claims.start,
+            data: claims.data,
+            share_sub: claims.share_sub,
         })
     }
 

@@ -13,8 +13,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use prost::Message as _;
 
+use crate::access::auth::MAX_SUB_BYTES;
 use crate::protocol::{
-    LeaveReason, MAX_MEMBER_ID, MemberId, Motion, MotionRecord, Position, Rules, Walk,
+    Data, LeaveReason, MAX_MEMBER_ID, MemberId, Motion, MotionRecord, Position, Rules, Walk,
     decode_records, pb, push_records, text,
 };
 use cpb::cluster_message::Body;
@@ -105,6 +106,10 @@ pub struct RemoteMember {
     pub name: String,
     pub motion: Motion,
     pub moved_at_ms: u64,
+    /// Its data, checked like a Join's.
+    pub data: Data,
+    /// The app's user it shows (its token allowed it), if any.
+    pub user: Option<Arc<str>>,
 }
 
 /// One change to the origin's members, checked.
@@ -119,6 +124,11 @@ pub enum Op {
         id: MemberId,
         text: String,
         server_time_ms: u64,
+    },
+    /// The member's whole data after a SetData.
+    Data {
+        id: MemberId,
+        data: Data,
     },
 }
 
@@ -177,7 +187,7 @@ pub enum WireError {
     #[error("the sender has {theirs} cluster slots, this node {ours}")]
     Slots { ours: u32, theirs: u32 },
     /// A member id outside the sender's slot, a bad position, speed, name,
-    /// chat text or leave reason.
+    /// chat text, data, user or leave reason.
     #[error("bad member data: {0}")]
     Member(&'static str),
     /// More ops or rooms than allowed.
@@ -277,12 +287,19 @@ fn member(
         walk,
     };
     check_motion(&motion, rules)?;
+    let data = Data::check(m.data, rules).map_err(|_| WireError::Member("bad data"))?;
+    if m.user.len() > MAX_SUB_BYTES {
+        return Err(WireError::Member("user too long"));
+    }
+    let user = (!m.user.is_empty()).then(|| Arc::from(m.user));
     Ok(RemoteMember {
         id,
         seat,
         name,
         motion,
         moved_at_ms: m.moved_at_ms,
+        data,
+        user,
     })
 }
 
@@ -349,6 +366,14 @@ pub fn decode_update(bytes: &[u8], slots: u32, rules: &Rules) -> Result<Update, 
                     text,
                     server_time_ms: c.server_time_ms,
                 }
+            }
+            O::Data(d) => {
+                let id = MemberId(d.member_id);
+                if !from.owns(id) {
+                    return Err(WireError::Member("id outside the sender's slot"));
+                }
+                let data = Data::check(d.data, rules).map_err(|_| WireError::Member("bad data"))?;
+                Op::Data { id, data }
             }
         };
         ops.push(op);
@@ -468,6 +493,14 @@ pub fn left_op(id: MemberId, reason: LeaveReason) -> cpb::Op {
 pub fn chat_op(chat: pb::ChatMessage) -> cpb::Op {
     cpb::Op {
         op: Some(cpb::op::Op::Chat(chat)),
+        seat: 0,
+    }
+}
+
+/// A member's data change as an op.
+pub fn data_op(data: pb::MemberData) -> cpb::Op {
+    cpb::Op {
+        op: Some(cpb::op::Op::Data(data)),
         seat: 0,
     }
 }

@@ -131,6 +131,20 @@ pub struct TokenArgs {
     #[arg(long, value_delimiter = ',')]
     pub rooms: Option<Vec<String>>,
 
+    /// Member data the token sets (`data` claim), `KEY=VALUE`; repeat it
+    /// for more entries. A Join's and SetData's entries cannot change them.
+    #[arg(long = "data", value_name = "KEY=VALUE", value_parser = parse_data_entry)]
+    pub data: Vec<(String, String)>,
+
+    /// Show the user id to the room, as `Member.user` (`share_sub`
+    /// claim), so apps can key their state on it. A switch: alone it is
+    /// on; a value may be 1/0, yes/no, true/false, on/off.
+    #[arg(long, value_parser = clap::builder::BoolishValueParser::new(), value_name = "BOOL",
+          hide_possible_values = true,
+          action = clap::ArgAction::Set, num_args = 0..=1, default_value_t = false,
+          default_missing_value = "true")]
+    pub share_sub: bool,
+
     /// How long the token is valid: a number with a unit, s, m, h or d
     /// (`90s`, `15m`, `1h`, `7d`).
     #[arg(long, default_value = "1h", value_parser = parse_ttl)]
@@ -140,6 +154,15 @@ pub struct TokenArgs {
     /// `--auth-hs256-secret-file`).
     #[arg(long, env = "AMBLE_AUTH_HS256_SECRET_FILE", value_name = "PATH")]
     pub secret_file: std::path::PathBuf,
+}
+
+/// Parses `amble token --data KEY=VALUE` (the key and value are checked
+/// with the rest of the claim).
+pub fn parse_data_entry(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) => Ok((key.to_owned(), value.to_owned())),
+        None => Err(format!("{text:?}: expected KEY=VALUE (e.g. role=host)")),
+    }
 }
 
 /// The longest `--ttl` accepted.
@@ -206,6 +229,9 @@ impl Config {
             max_name_chars: self.session.max_name_chars as usize,
             max_room_chars: Rules::default().max_room_chars,
             max_chat_chars: self.session.max_chat_chars as usize,
+            max_data_entries: self.session.max_data_entries as usize,
+            max_data_bytes: self.session.max_data_bytes as usize,
+            max_data_value_chars: self.session.max_data_value_chars as usize,
         }
     }
 
@@ -226,6 +252,11 @@ impl Config {
             room_capacity: room.room_capacity,
             chat_interval_ms: session.chat_interval_ms,
             chat_burst: session.chat_burst,
+            max_data_entries: session.max_data_entries,
+            max_data_bytes: session.max_data_bytes,
+            max_data_value_chars: session.max_data_value_chars,
+            data_interval_ms: session.data_interval_ms,
+            data_burst: session.data_burst,
         }
     }
 }
@@ -445,6 +476,11 @@ mod tests {
                 "auth-leeway-secs",
                 "auth-jwks-file",
                 "allowed-hosts",
+                "max-data-entries",
+                "max-data-bytes",
+                "max-data-value-chars",
+                "data-interval-ms",
+                "data-burst",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -99,6 +99,34 @@ pub struct SessionConfig {
     #[arg(long, display_order = 36, env = "AMBLE_PING_BURST", default_value_t = 10,
           value_parser = clap::value_parser!(u32).range(1..))]
     pub ping_burst: u32,
+
+    /// Member data: the most entries a member may hold (its Join's, its
+    /// token's and its SetData's together).
+    #[arg(long, display_order = 70, env = "AMBLE_MAX_DATA_ENTRIES", default_value_t = 8,
+          value_parser = clap::value_parser!(u32).range(0..=64))]
+    pub max_data_entries: u32,
+
+    /// Member data: the most bytes of keys and values together (UTF-8)
+    /// a member may hold.
+    #[arg(long, display_order = 71, env = "AMBLE_MAX_DATA_BYTES", default_value_t = 512,
+          value_parser = clap::value_parser!(u32).range(0..=16_384))]
+    pub max_data_bytes: u32,
+
+    /// Member data: the longest value, in characters.
+    #[arg(long, display_order = 72, env = "AMBLE_MAX_DATA_VALUE_CHARS", default_value_t = 200,
+          value_parser = clap::value_parser!(u32).range(1..=4_096))]
+    pub max_data_value_chars: u32,
+
+    /// SetData budget: one message per this many milliseconds...
+    #[arg(long, display_order = 73, env = "AMBLE_DATA_INTERVAL_MS", default_value_t = 1_000,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub data_interval_ms: u32,
+
+    /// ...with a burst of this many. Over it a SetData is dropped with
+    /// RATE_LIMITED; `--flood-factor` times over it closes the connection.
+    #[arg(long, display_order = 74, env = "AMBLE_DATA_BURST", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub data_burst: u32,
 }
 
 impl SessionConfig {
@@ -108,6 +136,10 @@ impl SessionConfig {
 
     pub fn chat_interval(&self) -> Duration {
         Duration::from_millis(u64::from(self.chat_interval_ms))
+    }
+
+    pub fn data_interval(&self) -> Duration {
+        Duration::from_millis(u64::from(self.data_interval_ms))
     }
 
     /// One ping per this long, sustained; `None` when pings have no budget.

@@ -9,6 +9,7 @@ fn rules() -> Rules {
 
 fn join(room: &str, name: &str) -> Vec<u8> {
     encode_client(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: room.into(),
         name: name.into(),
@@ -41,6 +42,7 @@ fn decodes_a_join() {
             name: "Ada".into(),
             token: String::new(),
             start: None,
+            data: Data::default(),
         })
     );
 }
@@ -50,6 +52,7 @@ fn decodes_a_join() {
 fn a_join_may_carry_a_start_within_the_world() {
     let at = |x, y| {
         encode_client(C::Join(pb::Join {
+            data: Vec::new(),
             start: Some(pb::Position { x, y }),
             room: "lobby".into(),
             name: "Ada".into(),
@@ -63,6 +66,7 @@ fn a_join_may_carry_a_start_within_the_world() {
             name: "Ada".into(),
             token: String::new(),
             start: Some(Position { x: 120, y: 4_999 }),
+            data: Data::default(),
         })
     );
     assert_eq!(code(&at(5_001, 10)), ErrorCode::InvalidPosition);
@@ -73,6 +77,7 @@ fn a_join_may_carry_a_start_within_the_world() {
 fn a_join_with_a_token_may_leave_the_name_to_it() {
     let with_token = |name: &str| {
         encode_client(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: "lobby".into(),
             name: name.into(),
@@ -86,6 +91,7 @@ fn a_join_with_a_token_may_leave_the_name_to_it() {
             name: String::new(),
             token: "a.b.c".into(),
             start: None,
+            data: Data::default(),
         })
     );
     // A name that is sent is still checked.
@@ -265,6 +271,13 @@ proptest! {
 /// The shared vectors: every message type, as bytes and as JSON. The
 /// JavaScript codec (web/test/codec.test.js) decodes each and re-encodes it
 /// byte for byte.
+fn entry(key: &str, value: &str) -> pb::DataEntry {
+    pb::DataEntry {
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
 fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
     fn client(
         name: &'static str,
@@ -296,6 +309,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
             speed: 140,
         }),
         moved_at_ms: 1_764_600_000_100,
+        ..Default::default()
     };
     let stander = pb::Member {
         id: 0,
@@ -303,6 +317,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         position: Some(pb::Position { x: 0, y: 0 }),
         walk: None,
         moved_at_ms: 1_764_600_000_000,
+        ..Default::default()
     };
     let snapshot = pb::Snapshot {
         server_time_ms: 1_764_600_000_250,
@@ -322,6 +337,11 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         room_capacity: 500,
         chat_interval_ms: 2_000,
         chat_burst: 5,
+        max_data_entries: 8,
+        max_data_bytes: 512,
+        max_data_value_chars: 200,
+        data_interval_ms: 1_000,
+        data_burst: 3,
     };
     let batch = |records: &[MotionRecord]| {
         let frame = encode_motion(motion_time(1_764_600_000_300, 100), records);
@@ -331,6 +351,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         client(
             "join",
             C::Join(pb::Join {
+                data: Vec::new(),
                 start: None,
                 room: "lobby".into(),
                 name: "Ada Lovelace".into(),
@@ -340,6 +361,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         client(
             "join_start",
             C::Join(pb::Join {
+                data: Vec::new(),
                 start: Some(pb::Position { x: 2_500, y: 130 }),
                 room: "lobby".into(),
                 name: "Ada".into(),
@@ -349,6 +371,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         client(
             "join_unicode",
             C::Join(pb::Join {
+                data: Vec::new(),
                 start: None,
                 room: "café-2".replace('é', "e"),
                 name: "Zoë 🌿".into(),
@@ -358,6 +381,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         client(
             "join_token",
             C::Join(pb::Join {
+                data: Vec::new(),
                 start: None,
                 room: "team-blue".into(),
                 name: String::new(),
@@ -409,6 +433,51 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
             }),
         ),
         client("leave", C::Leave(pb::Leave {})),
+        client(
+            "join_data",
+            C::Join(pb::Join {
+                data: vec![entry("colour", "#e4572e"), entry("status", "busy 🎧")],
+                start: None,
+                room: "lobby".into(),
+                name: "Ada".into(),
+                token: String::new(),
+            }),
+        ),
+        client(
+            "set_data",
+            C::SetData(pb::SetData {
+                data: vec![entry("status", "presenting"), entry("colour", "")],
+            }),
+        ),
+        server(
+            "member_data",
+            body(S::MemberData(pb::MemberData {
+                member_id: 3,
+                data: vec![entry("colour", "#2e86ab"), entry("status", "available")],
+            })),
+        ),
+        server(
+            "joined_data_user",
+            body(S::Joined(pb::Joined {
+                member: Some(pb::Member {
+                    id: 5,
+                    name: "Grace".into(),
+                    position: Some(pb::Position { x: 700, y: 800 }),
+                    walk: None,
+                    moved_at_ms: 1_764_600_000_200,
+                    data: vec![entry("role", "host"), entry("status", "busy")],
+                    user: "user-42".into(),
+                }),
+            })),
+        ),
+        server(
+            "error_invalid_data",
+            body(S::Error(pb::Error {
+                code: ErrorCode::InvalidData as i32,
+                message: "invalid data: key \"Colour\": keys take only a-z, 0-9, '_', '.' and '-'"
+                    .into(),
+            })),
+        ),
         server(
             "welcome",
             body(S::Welcome(pb::Welcome {
@@ -583,4 +652,290 @@ fn every_vector_decodes_with_prost() {
             }
         }
     }
+}
+
+// ------------------------------------------------------------ member data
+
+fn join_with(data: Vec<pb::DataEntry>) -> Vec<u8> {
+    encode_client(C::Join(pb::Join {
+        data,
+        start: None,
+        room: "lobby".into(),
+        name: "Ada".into(),
+        token: String::new(),
+    }))
+}
+
+fn set(data: Vec<pb::DataEntry>) -> Vec<u8> {
+    encode_client(C::SetData(pb::SetData { data }))
+}
+
+fn data_error(frame: &[u8]) -> String {
+    match decode_client(frame, &rules()) {
+        Err(err @ DecodeError::InvalidData(_)) => err.to_string(),
+        other => panic!("expected InvalidData, got {other:?}"),
+    }
+}
+
+/// Issue #19: a Join's data is checked, and kept sorted by key.
+#[test]
+fn a_join_carries_its_data_sorted_by_key() {
+    let got = decode_client(
+        &join_with(vec![entry("status", "busy"), entry("colour", "#e4572e")]),
+        &rules(),
+    );
+    let Ok(Command::Join { data, .. }) = got else {
+        panic!("expected a Join, got {got:?}");
+    };
+    assert_eq!(
+        data.entries(),
+        [
+            ("colour".to_owned(), "#e4572e".to_owned()),
+            ("status".to_owned(), "busy".to_owned())
+        ]
+    );
+    assert_eq!(data.get("status"), Some("busy"));
+    assert_eq!(data.bytes(), 6 + 7 + 6 + 4);
+}
+
+#[test]
+fn keys_are_1_to_32_characters_of_lowercase_digits_and_three_marks() {
+    let ok = "a".repeat(32);
+    for key in ["a", "z9", "x_y.z-0", ok.as_str()] {
+        assert!(
+            decode_client(&join_with(vec![entry(key, "v")]), &rules()).is_ok(),
+            "{key}"
+        );
+    }
+    assert_eq!(
+        data_error(&join_with(vec![entry("", "v")])),
+        "invalid data: key \"\": empty key"
+    );
+    assert_eq!(
+        data_error(&join_with(vec![entry(&"a".repeat(33), "v")])),
+        format!(
+            "invalid data: key {:?}: key longer than 32 characters",
+            "a".repeat(32)
+        )
+    );
+    for bad in ["Colour", "a b", "ключ", "a/b", "a:b"] {
+        assert_eq!(
+            data_error(&join_with(vec![entry(bad, "v")])),
+            format!("invalid data: key {bad:?}: keys take only a-z, 0-9, '_', '.' and '-'"),
+        );
+    }
+    assert_eq!(
+        code(&join_with(vec![entry("Colour", "v")])),
+        ErrorCode::InvalidData
+    );
+}
+
+#[test]
+fn values_follow_the_text_rule_up_to_max_data_value_chars() {
+    let at_limit = "é".repeat(200);
+    assert!(decode_client(&join_with(vec![entry("k", &at_limit)]), &rules()).is_ok());
+    assert_eq!(
+        data_error(&join_with(vec![entry("k", &"é".repeat(201))])),
+        "invalid data: key \"k\": the value is refused: too long (values are 1 to 200 \
+         characters of text)"
+    );
+    // A Join's value is never empty (SetData's empty value removes).
+    assert_eq!(
+        data_error(&join_with(vec![entry("k", "")])),
+        "invalid data: key \"k\": the value is refused: empty (values are 1 to 200 \
+         characters of text)"
+    );
+    for bad in ["a\u{0}b", "x\u{202E}y", "\u{3000}"] {
+        assert_eq!(
+            code(&join_with(vec![entry("k", bad)])),
+            ErrorCode::InvalidData,
+            "{bad:?}"
+        );
+    }
+    // Normalised like names: NFC.
+    let got = decode_client(&join_with(vec![entry("k", "e\u{301}")]), &rules());
+    let Ok(Command::Join { data, .. }) = got else {
+        panic!("{got:?}");
+    };
+    assert_eq!(data.get("k"), Some("\u{e9}"));
+}
+
+#[test]
+fn a_join_keeps_to_the_entry_and_byte_limits() {
+    let n = |count: usize| -> Vec<pb::DataEntry> {
+        (0..count).map(|i| entry(&format!("k{i}"), "v")).collect()
+    };
+    assert!(decode_client(&join_with(n(8)), &rules()).is_ok());
+    assert_eq!(
+        data_error(&join_with(n(9))),
+        "invalid data: 9 entries: at most 8 are allowed"
+    );
+    // 512 bytes together: "a" + 200 and "b" + 200 and "c" + 109 = 512.
+    let full = vec![
+        entry("a", &"x".repeat(200)),
+        entry("b", &"x".repeat(200)),
+        entry("c", &"x".repeat(109)),
+    ];
+    assert!(decode_client(&join_with(full.clone()), &rules()).is_ok());
+    let mut over = full;
+    over[2].value.push('x');
+    assert_eq!(
+        data_error(&join_with(over)),
+        "invalid data: 513 bytes of keys and values: at most 512 are allowed"
+    );
+    assert_eq!(
+        data_error(&join_with(vec![entry("k", "1"), entry("k", "2")])),
+        "invalid data: key \"k\" appears twice"
+    );
+}
+
+#[test]
+fn set_data_decodes_sets_and_removals_sorted_by_key() {
+    assert_eq!(
+        decode_client(
+            &set(vec![entry("status", "busy"), entry("colour", "")]),
+            &rules()
+        ),
+        Ok(Command::SetData {
+            changes: vec![
+                ("colour".into(), None),
+                ("status".into(), Some("busy".into()))
+            ],
+        })
+    );
+    assert_eq!(
+        decode_client(&set(vec![]), &rules()),
+        Ok(Command::SetData { changes: vec![] })
+    );
+    assert_eq!(
+        data_error(&set(vec![entry("a", "1"), entry("a", "")])),
+        "invalid data: key \"a\" appears twice"
+    );
+    assert_eq!(code(&set(vec![entry("A", "1")])), ErrorCode::InvalidData);
+    assert_eq!(code(&set(vec![entry("a", " ")])), ErrorCode::InvalidData);
+    // At most twice max_data_entries changes: 16 pass, 17 do not.
+    let n = |count: usize| -> Vec<pb::DataEntry> {
+        (0..count).map(|i| entry(&format!("k{i}"), "")).collect()
+    };
+    assert!(decode_client(&set(n(16)), &rules()).is_ok());
+    assert_eq!(
+        data_error(&set(n(17))),
+        "invalid data: 17 entries: at most 16 are allowed"
+    );
+}
+
+fn data(entries: &[(&str, &str)]) -> Data {
+    Data::check(entries.iter().map(|(k, v)| entry(k, v)).collect(), &rules()).expect("valid data")
+}
+
+fn changes(entries: &[(&str, Option<&str>)]) -> Changes {
+    entries
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), v.map(str::to_owned)))
+        .collect()
+}
+
+#[test]
+fn merging_sets_replaces_and_removes() {
+    let now = data(&[("colour", "red"), ("status", "busy")]);
+    let none = Data::default();
+    let next = now
+        .merged(
+            &changes(&[
+                ("colour", None),
+                ("mood", Some("ok")),
+                ("status", Some("free")),
+            ]),
+            &none,
+            &rules(),
+        )
+        .expect("merges");
+    assert_eq!(next, data(&[("mood", "ok"), ("status", "free")]));
+    // Removing a key that is not there changes nothing.
+    assert_eq!(
+        now.merged(&changes(&[("gone", None)]), &none, &rules()),
+        Ok(now.clone())
+    );
+}
+
+#[test]
+fn merging_keeps_to_the_limits() {
+    let eight = Data::check(
+        (0..8).map(|i| entry(&format!("k{i}"), "v")).collect(),
+        &rules(),
+    )
+    .expect("eight");
+    let none = Data::default();
+    assert_eq!(
+        eight.merged(&changes(&[("k9", Some("v"))]), &none, &rules()),
+        Err(DataError::TooMany { count: 9, max: 8 })
+    );
+    // Replacing or removing is fine at the limit.
+    assert!(
+        eight
+            .merged(
+                &changes(&[("k0", Some("w")), ("k1", None)]),
+                &none,
+                &rules()
+            )
+            .is_ok()
+    );
+    let big = data(&[("a", &"x".repeat(200)), ("b", &"x".repeat(200))]);
+    assert_eq!(
+        big.merged(&changes(&[("c", Some(&"x".repeat(110)))]), &none, &rules()),
+        Err(DataError::TooBig {
+            bytes: 513,
+            max: 512
+        })
+    );
+    assert!(
+        big.merged(&changes(&[("c", Some(&"x".repeat(109)))]), &none, &rules())
+            .is_ok()
+    );
+}
+
+#[test]
+fn keys_the_token_set_cannot_change() {
+    let claimed = data(&[("role", "host")]);
+    let now = data(&[("role", "host"), ("status", "busy")]);
+    let refused = now.merged(&changes(&[("role", Some("guest"))]), &claimed, &rules());
+    assert_eq!(refused, Err(DataError::Claimed { key: "role".into() }));
+    assert_eq!(
+        refused.unwrap_err().to_string(),
+        "key \"role\": set by the token, it cannot change"
+    );
+    assert!(
+        now.merged(&changes(&[("role", None)]), &claimed, &rules())
+            .is_err()
+    );
+    assert!(
+        now.merged(&changes(&[("status", None)]), &claimed, &rules())
+            .is_ok()
+    );
+}
+
+#[test]
+fn a_token_claim_wins_over_the_join_key_by_key() {
+    let claimed = data(&[("role", "host")]);
+    let asked = data(&[("colour", "red"), ("role", "guest")]);
+    assert_eq!(
+        Data::with_claims(asked, &claimed, &rules()),
+        Ok(data(&[("colour", "red"), ("role", "host")]))
+    );
+    // Together they must keep to the limits.
+    let asked = Data::check(
+        (0..8).map(|i| entry(&format!("k{i}"), "v")).collect(),
+        &rules(),
+    )
+    .expect("eight");
+    assert_eq!(
+        Data::with_claims(asked, &claimed, &rules()),
+        Err(DataError::TooMany { count: 9, max: 8 })
+    );
+}
+
+#[test]
+fn member_data_encodes_in_key_order() {
+    let d = data(&[("b", "2"), ("a", "1")]);
+    assert_eq!(d.to_pb(), vec![entry("a", "1"), entry("b", "2")]);
 }

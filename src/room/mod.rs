@@ -30,8 +30,8 @@ use crate::clock::Clock;
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
-    LeaveReason, MemberId, Motion, MotionRecord, Position, encode_motion, encode_server,
-    motion_time, pb,
+    Changes, Data, DataError, LeaveReason, MemberId, Motion, MotionRecord, Position, Rules,
+    encode_motion, encode_server, motion_time, pb,
 };
 use crate::room::sink::{Frame, Sink};
 
@@ -140,9 +140,17 @@ struct State {
 struct Member {
     /// Unique for the server's lifetime; see [`Rooms::seats`].
     seat: u64,
-    /// The app's user (a token's `sub`), if the server knows users.
+    /// The app's user (a token's `sub`), if the server knows users. For
+    /// another node's member: the user it shows (`share_user` is then set).
     user: Option<Arc<str>>,
-    name: String,
+    /// Whether `user` is shown to the room (`Member.user`): the token
+    /// allowed it (claim `share_sub`).
+    share_user: bool,
+    /// Boxed: the tick walks members, so each is kept small.
+    name: Box<str>,
+    /// The app's data (a colour, a status), sorted by key. The tick never
+    /// reads it.
+    data: Data,
     motion: Motion,
     moved_at_ms: u64,
     /// The newest move not yet applied.
@@ -153,11 +161,17 @@ struct Member {
 
 /// Who joins: a display name, the app's user (a token's `sub`) if known,
 /// and where to appear (`None`: the spawn rule).
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct Arrival {
     pub name: String,
     pub user: Option<Arc<str>>,
     pub start: Option<Position>,
+    /// The member's data, the token's claims included.
+    pub data: Data,
+    /// The entries the token's `data` claim set: SetData cannot change them.
+    pub claimed: Data,
+    /// Whether the room may see `user` (the token's `share_sub` claim).
+    pub share_user: bool,
 }
 
 /// A room name, how many members it has and how many it takes, for
@@ -252,10 +266,15 @@ fn spawn_point(settings: &RoomSettings, id: MemberId) -> Position {
 fn member_pb(id: MemberId, m: &Member) -> pb::Member {
     pb::Member {
         id: id.0,
-        name: m.name.clone(),
+        name: m.name.to_string(),
         position: Some(m.motion.position.into()),
         walk: m.motion.walk.map(Into::into),
         moved_at_ms: m.moved_at_ms,
+        data: m.data.to_pb(),
+        user: match (&m.user, m.share_user) {
+            (Some(user), true) => user.to_string(),
+            _ => String::new(),
+        },
     }
 }
 
@@ -306,7 +325,7 @@ impl Rooms {
         let arrival = Arrival {
             name,
             user,
-            start: None,
+            ..Arrival::default()
         };
         self.arrive(room, arrival, sink).await
     }
@@ -384,7 +403,14 @@ impl Rooms {
         arrival: Arrival,
         sink: Arc<dyn Sink>,
     ) -> Result<Membership, JoinError> {
-        let Arrival { name, user, start } = arrival;
+        let Arrival {
+            name,
+            user,
+            start,
+            data,
+            claimed,
+            share_user,
+        } = arrival;
         let room = handle.name();
         let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
         if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
@@ -408,7 +434,9 @@ impl Rooms {
         let member = Member {
             seat,
             user,
-            name,
+            share_user,
+            name: name.into_boxed_str(),
+            data,
             motion: Motion::standing(start.unwrap_or_else(|| spawn_point(&self.settings, id))),
             moved_at_ms: now_ms,
             pending: None,
@@ -468,6 +496,7 @@ impl Rooms {
             room: Arc::clone(handle),
             id,
             seat,
+            claimed,
             left: false,
         })
     }
@@ -615,6 +644,8 @@ pub struct Membership {
     room: Arc<Room>,
     id: MemberId,
     seat: u64,
+    /// The entries the token's `data` claim set, which SetData cannot change.
+    claimed: Data,
     left: bool,
 }
 
@@ -653,6 +684,37 @@ impl Membership {
             }
         })
         .await;
+    }
+
+    /// Applies SetData `changes` to this member's data and, when the data
+    /// changed, sends the room (the member included) its whole data in a
+    /// `MemberData`. Refused, and nothing changes, when a change touches a
+    /// key the token set or the data after it breaks the limits of `rules`.
+    pub async fn set_data(&self, changes: &Changes, rules: &Rules) -> Result<(), DataError> {
+        let cluster = self.rooms.cluster.get();
+        fan_out(|| {
+            let mut st = self.room.state();
+            let Some(member) = st.members.get_mut(&self.id).filter(|m| m.seat == self.seat) else {
+                return Ok(());
+            };
+            let data = member.data.merged(changes, &self.claimed, rules)?;
+            if data == member.data {
+                return Ok(());
+            }
+            let msg = pb::MemberData {
+                member_id: self.id.0,
+                data: data.to_pb(),
+            };
+            member.data = data;
+            let frame = encode_server(Body::MemberData(msg.clone()));
+            if let Some(cluster) = cluster {
+                remote::published_data(cluster, &mut st, msg);
+            }
+            self.room.publish(st, &frame, &self.rooms.metrics);
+            self.rooms.metrics.data_changes.inc();
+            Ok(())
+        })
+        .await
     }
 
     /// Sends this member a `Resync` snapshot of the room as it is now, for

@@ -502,3 +502,14 @@ fn shards_cover_every_room_once_and_differ_by_at_most_one() {
         }
     }
 }
+
+/// Issue #19: member data and the shared user must not make the members
+/// the tick walks any larger than they were before them (128 bytes).
+#[test]
+fn a_member_stays_within_128_bytes() {
+    assert!(
+        std::mem::size_of::<super::Member>() <= 128,
+        "{} bytes",
+        std::mem::size_of::<super::Member>()
+    );
+}

@@ -22,11 +22,12 @@ use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
 
 use crate::access::addresses::Client;
+use crate::access::auth::data_claim;
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
-    Command, DecodeError, ErrorCode, LeaveReason, Motion, Position, check_position, decode_client,
-    encode_error, encode_server, pb, validate_name,
+    Command, Data, DecodeError, ErrorCode, LeaveReason, Motion, Position, check_position,
+    decode_client, encode_error, encode_server, pb, validate_name,
 };
 use crate::room::sink::Frame;
 use crate::room::{Arrival, JoinError, Membership};
@@ -122,6 +123,13 @@ enum PingKind {
     Pong,
 }
 
+/// What a Join asks for: the token's claims may override each.
+struct Asked {
+    name: String,
+    start: Option<Position>,
+    data: Data,
+}
+
 /// A move held back by the throttle until `at`.
 struct Deferred {
     motion: Motion,
@@ -135,6 +143,8 @@ struct Connection {
     membership: Option<Membership>,
     moves: Budget,
     chats: Budget,
+    /// SetData: each one is a frame to the whole room.
+    data: Budget,
     /// Joins: each one snapshots a room and tells all its members.
     joins: Budget,
     /// Refused inputs; a client that keeps sending bad ones is closed.
@@ -171,6 +181,11 @@ pub async fn run(
         chats: Budget::new(
             config.chat_interval(),
             config.chat_burst,
+            config.flood_factor,
+        ),
+        data: Budget::new(
+            config.data_interval(),
+            config.data_burst,
             config.flood_factor,
         ),
         joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
@@ -477,7 +492,8 @@ impl Connection {
                 name,
                 token,
                 start,
-            } => Box::pin(self.join(room, name, token, start, now)).await,
+                data,
+            } => Box::pin(self.join(room, Asked { name, start, data }, token, now)).await,
             Command::Move { motion, seq } => {
                 let Some(m) = &self.membership else {
                     return self.refuse(ErrorCode::NotJoined, "Move before Join").await;
@@ -521,6 +537,30 @@ impl Connection {
                     Verdict::Flood => self.flood("chat").await,
                 }
             }
+            Command::SetData { changes } => {
+                let Some(m) = &self.membership else {
+                    return self
+                        .refuse(ErrorCode::NotJoined, "SetData before Join")
+                        .await;
+                };
+                match self.data.arrive(now) {
+                    Verdict::Apply => match m.set_data(&changes, &self.shared.rules).await {
+                        Ok(()) => Ok(()),
+                        Err(err) => {
+                            let text = format!("invalid data: {err}");
+                            self.refuse(ErrorCode::InvalidData, text).await
+                        }
+                    },
+                    Verdict::Defer(at) => {
+                        let wait = at.saturating_duration_since(now).as_millis();
+                        let text = format!(
+                            "data budget spent: SetData dropped, next allowed in {wait} ms"
+                        );
+                        self.refuse(ErrorCode::RateLimited, text).await
+                    }
+                    Verdict::Flood => self.flood("SetData").await,
+                }
+            }
             Command::Leave => match self.membership.take() {
                 Some(m) => {
                     self.deferred = None;
@@ -535,15 +575,15 @@ impl Connection {
     }
 
     /// Checks a Join's token (when the server requires one) and settles the
-    /// name and the start: the token's `name` and `start` claims, else what
-    /// the Join asked for. Counts every refusal by reason.
-    fn admit(
-        &self,
-        room: &str,
-        asked: String,
-        asked_start: Option<Position>,
-        token: &str,
-    ) -> Result<Arrival, Refused> {
+    /// name, the start and the data: the token's `name`, `start` and `data`
+    /// claims, else what the Join asked for (a `data` claim wins key by
+    /// key). Counts every refusal by reason.
+    fn admit(&self, room: &str, asked: Asked, token: &str) -> Result<Arrival, Refused> {
+        let Asked {
+            name: asked,
+            start: asked_start,
+            data: asked_data,
+        } = asked;
         let metrics = &self.shared.metrics;
         let admission = self.shared.gate.admit(token, room).map_err(|refusal| {
             metrics.auth_refuse(refusal.reason());
@@ -576,10 +616,29 @@ impl Connection {
             }
             None => asked_start,
         };
+        let rules = &self.shared.rules;
+        let claimed = match admission.data {
+            Some(claim) => data_claim(claim, rules).map_err(|why| {
+                (
+                    ErrorCode::InvalidData,
+                    format!("the token's data claim: {why}"),
+                )
+            })?,
+            None => Data::default(),
+        };
+        let data = Data::with_claims(asked_data, &claimed, rules).map_err(|err| {
+            (
+                ErrorCode::InvalidData,
+                format!("invalid data: the Join's data and the token's data claim together: {err}"),
+            )
+        })?;
         Ok(Arrival {
             name,
+            share_user: admission.share_sub && admission.user.is_some(),
             user: admission.user,
             start,
+            data,
+            claimed,
         })
     }
 
@@ -588,9 +647,8 @@ impl Connection {
     async fn join(
         &mut self,
         room: String,
-        name: String,
+        asked: Asked,
         token: String,
-        start: Option<Position>,
         now: Instant,
     ) -> Result<(), End> {
         if let Some(m) = &self.membership {
@@ -610,7 +668,7 @@ impl Connection {
             }
             Verdict::Flood => return self.flood("joins").await,
         }
-        let arrival = match self.admit(&room, name, start, &token) {
+        let arrival = match self.admit(&room, asked, &token) {
             Ok(admitted) => admitted,
             Err((code, text)) => return self.refuse(code, text).await,
         };

@@ -9,6 +9,7 @@
 //! docs/client.md's minimal page run as written.
 
 mod cluster;
+mod data;
 mod demo;
 mod origin;
 mod ux;

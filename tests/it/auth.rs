@@ -57,6 +57,8 @@ fn claims(sub: &str) -> Claims {
         name: None,
         rooms: None,
         start: None,
+        data: None,
+        share_sub: false,
     }
 }
 
@@ -66,6 +68,7 @@ fn token(claims: &Claims) -> String {
 
 async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: room.into(),
         name: name.into(),
@@ -341,6 +344,41 @@ async fn amble_token_prints_a_token_the_server_accepts() {
     d.expect_error(ErrorCode::Forbidden).await;
 }
 
+/// Issue #19: `amble token --data KEY=VALUE --share-sub` mints the `data`
+/// and `share_sub` claims.
+#[tokio::test]
+async fn amble_token_sets_data_and_shares_the_sub() {
+    let files = Files::new("cli-data");
+    let secret = files.write("secret", SECRET);
+    let secret = secret.to_str().expect("utf-8 path");
+    let out = amble(&[
+        "token",
+        "--sub",
+        "cli-user",
+        "--data",
+        "role=host",
+        "--data",
+        "team=blue",
+        "--share-sub",
+        "--secret-file",
+        secret,
+    ])
+    .await;
+    assert!(out.status.success(), "{out:?}");
+    let token = String::from_utf8(out.stdout).expect("utf-8");
+    let server = hs256_server(&files).await;
+    let mut c = server.client().await;
+    let w = join_with(&mut c, "lobby", "Ada", token.trim()).await;
+    let me = &w.snapshot.as_ref().expect("snapshot").members[0];
+    assert_eq!(me.user, "cli-user");
+    let data: Vec<(&str, &str)> = me
+        .data
+        .iter()
+        .map(|e| (e.key.as_str(), e.value.as_str()))
+        .collect();
+    assert_eq!(data, [("role", "host"), ("team", "blue")]);
+}
+
 #[tokio::test]
 async fn amble_token_refuses_bad_arguments_clearly() {
     let files = Files::new("cli-bad");
@@ -354,6 +392,15 @@ async fn amble_token_refuses_bad_arguments_clearly() {
         (vec!["--secret-file", short], "--secret-file"),
         (vec!["--rooms", "a b", "--secret-file", good], "--rooms"),
         (vec!["--name", " ", "--secret-file", good], "--name"),
+        (vec!["--data", "role", "--secret-file", good], "KEY=VALUE"),
+        (
+            vec!["--data", "Role=x", "--secret-file", good],
+            "--data: key \"Role\"",
+        ),
+        (
+            vec!["--data", "k=", "--secret-file", good],
+            "--data: key \"k\"",
+        ),
     ] {
         let out = amble(&[&["token", "--sub", "u"][..], &args[..]].concat()).await;
         assert!(!out.status.success(), "{args:?}");
@@ -567,6 +614,7 @@ async fn a_tokens_start_claim_places_the_member() {
     };
     let mut c = server.client().await;
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "placed".into(),
         name: "Ada".into(),
@@ -576,6 +624,7 @@ async fn a_tokens_start_claim_places_the_member() {
     let text = c.expect_error(ErrorCode::InvalidPosition).await;
     assert!(text.contains("start claim"), "{text}");
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: Some(pb::Position { x: 10, y: 10 }),
         room: "placed".into(),
         name: "Ada".into(),

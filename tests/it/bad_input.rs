@@ -63,6 +63,7 @@ async fn garbage_and_truncated_frames_close_with_1007() {
     let mut room = Room::new(TestServer::with(fast_moves()).await).await;
     for bytes in [vec![0xff, 0xff, 0xff, 0xff], {
         let whole = encode_client(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: "lobby".into(),
             name: "x".into(),
@@ -131,6 +132,7 @@ async fn commands_out_of_order() {
     c.expect_error(ErrorCode::NotJoined).await;
     c.join("lobby", "late").await;
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "other".into(),
         name: "again".into(),
@@ -199,6 +201,7 @@ async fn bad_names_rooms_and_chat() {
         ("two words", "ok", ErrorCode::InvalidRoom),
     ] {
         c.send(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: r.into(),
             name: n.into(),
@@ -283,6 +286,7 @@ async fn a_full_room_refuses_and_the_socket_stays() {
     .await;
     let mut c = room.server.client().await;
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "lobby".into(),
         name: "third".into(),

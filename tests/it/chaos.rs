@@ -456,6 +456,7 @@ impl Chaos {
             v.errors.clear();
         }
         conn.send(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: ROOMS[room].into(),
             name: walker.name.into(),

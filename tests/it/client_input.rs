@@ -244,6 +244,7 @@ async fn a_fragmented_message_is_refused_at_the_first_fragment_past_the_limit() 
     let (mut watcher, _) = server.joined("lobby", "watcher").await;
     // Fragments within the limit make one message, as usual.
     let join = encode_client(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "lobby".into(),
         name: "pieces".into(),
@@ -362,6 +363,7 @@ async fn names_and_chat_are_normalised_and_blank_or_bidi_text_refused() {
         "two\u{2028}lines",
     ] {
         c.send(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: "lobby".into(),
             name: name.into(),
@@ -425,6 +427,7 @@ async fn a_join_may_say_where_to_appear_within_the_world() {
     let server = TestServer::start().await;
     let join = |x: u32, y: u32| {
         C::Join(pb::Join {
+            data: Vec::new(),
             start: Some(pb::Position { x, y }),
             room: "placed".into(),
             name: "Ada".into(),

@@ -129,6 +129,8 @@ enum Seen {
     Joined(u32, String),
     Left(u32, i32),
     Chat(u32, String),
+    /// A member's whole data after a change (`MemberData`).
+    Data(u32, Vec<pb::DataEntry>),
     /// The batch's time word and its records.
     Motion(u32, Vec<MotionRecord>),
     Resync(Vec<u32>),
@@ -153,6 +155,8 @@ struct Person {
     last_frame: Option<(u32, Instant)>,
     seq: u32,
     closed: bool,
+    /// The member data its Joins carry.
+    data: Vec<pb::DataEntry>,
 }
 
 fn standing(x: u32, y: u32) -> Motion {
@@ -186,6 +190,26 @@ impl Person {
             last_frame: None,
             seq: 0,
             closed: false,
+            data: Vec::new(),
+        };
+        person.join_again(room).await;
+        person
+    }
+
+    /// As [`Person::join`], with member data in the Join.
+    async fn join_with_data(node: &Node, room: &str, name: &str, data: &[(&str, &str)]) -> Self {
+        let client = Client::connect(&node.ws_url()).await;
+        let mut person = Self {
+            name: name.to_owned(),
+            id: u32::MAX,
+            client,
+            view: BTreeMap::new(),
+            seen: Vec::new(),
+            taken: BTreeSet::new(),
+            last_frame: None,
+            seq: 0,
+            closed: false,
+            data: entries(data),
         };
         person.join_again(room).await;
         person
@@ -195,6 +219,7 @@ impl Person {
     async fn join_again(&mut self, room: &str) {
         self.client
             .send(C::Join(pb::Join {
+                data: self.data.clone(),
                 start: None,
                 room: room.into(),
                 name: self.name.clone(),
@@ -333,6 +358,13 @@ impl Person {
                 Seen::Chat(c.member_id, c.text.clone())
             }
             Some(S::Pong(p)) => Seen::Pong(p.client_time_ms),
+            Some(S::MemberData(d)) => {
+                let member = self.view.get_mut(&d.member_id).unwrap_or_else(|| {
+                    panic!("data of id {}, who is not in the view", d.member_id)
+                });
+                member.data = d.data.clone();
+                Seen::Data(d.member_id, d.data.clone())
+            }
             Some(S::Resync(r)) => {
                 self.view = self.members_of(r.clone());
                 Seen::Resync(self.view.keys().copied().collect())
@@ -483,6 +515,24 @@ impl Person {
         .await;
     }
 
+    /// A `MemberData` that gives `id` exactly `data`.
+    async fn sees_data(&mut self, id: u32, data: &[(&str, &str)]) {
+        let want = entries(data);
+        let what = format!("id {id}'s data to be {data:?}");
+        self.take(SETTLE, &what, |s| {
+            matches!(s, Seen::Data(from, d) if *from == id && *d == want).then_some(())
+        })
+        .await;
+    }
+
+    async fn set_data(&mut self, data: &[(&str, &str)]) {
+        self.client
+            .send(C::SetData(pb::SetData {
+                data: entries(data),
+            }))
+            .await;
+    }
+
     /// Reads until the server closes the connection; returns the code.
     async fn sees_close(&mut self) -> u16 {
         let deadline = Instant::now() + SETTLE;
@@ -545,6 +595,16 @@ impl Person {
             })
             .collect()
     }
+}
+
+fn entries(pairs: &[(&str, &str)]) -> Vec<pb::DataEntry> {
+    pairs
+        .iter()
+        .map(|(k, v)| pb::DataEntry {
+            key: (*k).into(),
+            value: (*v).into(),
+        })
+        .collect()
 }
 
 /// Joins each `(node, name)` to `room` in turn, then waits until every one
@@ -858,6 +918,47 @@ async fn a_late_joiner_on_an_empty_node_gets_every_member_in_its_welcome() {
     // The next joiner there is served from n3's replica.
     let dee = Person::join(c.n(3), "late", "Dee").await;
     assert_eq!(dee.names(), ["Ada", "Al", "Bo", "Cy", "Dee"]);
+}
+
+/// Issue #19: member data travels with the member: in its Joined on the
+/// other node, as a change (once, sender included), and in a late
+/// joiner's snapshot taken from the replica.
+#[tokio::test]
+async fn member_data_is_seen_on_the_other_node_at_join_on_change_and_in_snapshots() {
+    let c = Cluster::start(2).await;
+    let mut bo = Person::join(c.n(2), "data", "Bo").await;
+    let mut ada = Person::join_with_data(
+        c.n(1),
+        "data",
+        "Ada",
+        &[("status", "busy"), ("colour", "red")],
+    )
+    .await;
+    let sorted = entries(&[("colour", "red"), ("status", "busy")]);
+    assert_eq!(ada.view[&ada.id].data, sorted);
+    bo.sees_join("Ada").await;
+    assert_eq!(bo.view[&ada.id].data, sorted, "in the Joined on n2");
+
+    ada.set_data(&[("status", "presenting"), ("colour", "")])
+        .await;
+    ada.sees_data(ada.id, &[("status", "presenting")]).await;
+    bo.sees_data(ada.id, &[("status", "presenting")]).await;
+    // And from n2 to n1.
+    bo.set_data(&[("colour", "blue")]).await;
+    ada.sees_data(bo.id, &[("colour", "blue")]).await;
+
+    // A late joiner on n2 is served from n2's replica of n1's part.
+    let cy = Person::join(c.n(2), "data", "Cy").await;
+    assert_eq!(cy.view[&ada.id].data, entries(&[("status", "presenting")]));
+    assert_eq!(cy.view[&bo.id].data, entries(&[("colour", "blue")]));
+    // Each change reached each member once.
+    bo.ping().await;
+    let changes = bo
+        .seen
+        .iter()
+        .filter(|(_, s)| matches!(s, Seen::Data(id, _) if *id == ada.id))
+        .count();
+    assert_eq!(changes, 1);
 }
 
 /// A node that has just started (no heartbeat heard yet) still gives a
@@ -1491,6 +1592,7 @@ async fn room_capacity_counts_members_on_every_node() {
     for i in 1..=2 {
         let mut cy = Client::connect(&c.n(i).ws_url()).await;
         cy.send(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: "small".into(),
             name: "Cy".into(),

@@ -295,6 +295,7 @@ async fn joins_from_one_address_share_a_budget() {
     }
     let mut late = server.client().await;
     late.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "lobby".into(),
         name: "one too many".into(),

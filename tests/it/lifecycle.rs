@@ -257,6 +257,7 @@ async fn joining_too_often_is_rate_limited() {
         c.send(C::Leave(pb::Leave {})).await;
     }
     c.send(C::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: "lobby".into(),
         name: "again".into(),

@@ -8,6 +8,7 @@ mod chaos;
 mod client_input;
 mod cluster;
 mod cluster_support;
+mod data;
 mod handshake;
 mod http;
 mod lifecycle;

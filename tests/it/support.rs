@@ -122,6 +122,7 @@ impl Client {
 
     pub async fn join(&mut self, room: &str, name: &str) -> pb::Welcome {
         self.send(C::Join(pb::Join {
+            data: Vec::new(),
             start: None,
             room: room.into(),
             name: name.into(),

@@ -24,7 +24,7 @@ const module_codec_js = (() => {
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-const SCHEMA_FNV1A64 = '4470d7edbd3776d2';
+const SCHEMA_FNV1A64 = 'd747c36c01a68be9';
 
 /** The WebSocket subprotocol. */
 const SUBPROTOCOL = 'amble.v1';
@@ -63,6 +63,7 @@ const ErrorCode = Object.freeze({
   UNAUTHENTICATED: 17,
   FORBIDDEN: 18,
   REPLACED: 19,
+  INVALID_DATA: 20,
 });
 
 /** Why a member left (`amble.v1.LeaveReason`). */
@@ -425,23 +426,66 @@ const decodeWalk = kind(
   },
 );
 
+function encodeDataEntry(w, e, field = 'data') {
+  w.string(1, str(e.key, `${field}.key`));
+  w.string(2, str(e.value, `${field}.value`));
+}
+
+const decodeDataEntry = kind(
+  () => ({ key: '', value: '' }),
+  (r, n, wt, e) => {
+    switch (n) {
+      case 1: e.key = readString(r, wt, 'DataEntry.key'); return true;
+      case 2: e.value = readString(r, wt, 'DataEntry.value'); return true;
+      default: return false;
+    }
+  },
+);
+
+/** Writes repeated DataEntry field `number` from `entries` ([{ key, value }]). */
+function encodeData(w, number, entries, field) {
+  if (entries === undefined || entries === null) return;
+  if (!Array.isArray(entries)) throw new TypeError(`${field} must be an array of { key, value }`);
+  entries.forEach((e, i) => w.message(number, e, (ww, x) => encodeDataEntry(ww, x, `${field}[${i}]`)));
+}
+
+/** Repeated: each occurrence is one more entry, not a merge. */
+function readDataEntry(r, wt, name) {
+  return readMessage(r, wt, name, null, decodeDataEntry);
+}
+
 function encodeJoin(w, join) {
   w.string(1, str(join.room, 'join.room'));
   w.string(2, str(join.name, 'join.name'));
   w.string(3, str(join.token, 'join.token'));
   w.message(4, join.start, (ww, p) => encodePosition(ww, p, 'join.start'));
+  encodeData(w, 6, join.data, 'join.data');
 }
 
 const decodeJoin = kind(
-  () => ({ name: '', room: '', start: null, token: '' }),
+  () => ({ data: [], name: '', room: '', start: null, token: '' }),
   (r, n, wt, join) => {
     switch (n) {
       case 1: join.room = readString(r, wt, 'Join.room'); return true;
       case 2: join.name = readString(r, wt, 'Join.name'); return true;
       case 3: join.token = readString(r, wt, 'Join.token'); return true;
       case 4: join.start = readMessage(r, wt, 'Join.start', join.start, decodePosition); return true;
+      case 6: join.data.push(readDataEntry(r, wt, 'Join.data')); return true;
       default: return false;
     }
+  },
+);
+
+function encodeSetData(w, set) {
+  encodeData(w, 1, set.data, 'setData.data');
+}
+
+const decodeSetData = kind(
+  () => ({ data: [] }),
+  (r, n, wt, set) => {
+    if (n !== 1) return false;
+    set.data.push(readDataEntry(r, wt, 'SetData.data'));
+    return true;
   },
 );
 
@@ -511,6 +555,11 @@ const LIMIT_FIELDS = [
   'roomCapacity',
   'chatIntervalMs',
   'chatBurst',
+  'maxDataEntries',
+  'maxDataBytes',
+  'maxDataValueChars',
+  'dataIntervalMs',
+  'dataBurst',
 ];
 
 function encodeLimits(w, limits) {
@@ -536,10 +585,12 @@ function encodeMember(w, m) {
   w.message(3, m.position, (ww, p) => encodePosition(ww, p, 'member.position'));
   w.message(4, m.walk, (ww, walk) => encodeWalk(ww, walk, 'member.walk'));
   w.scalar(5, u64(m.movedAtMs, 'member.movedAtMs'));
+  encodeData(w, 6, m.data, 'member.data');
+  w.string(7, str(m.user ?? '', 'member.user'));
 }
 
 const decodeMember = kind(
-  () => ({ id: 0, movedAtMs: 0, name: '', position: null, walk: null }),
+  () => ({ data: [], id: 0, movedAtMs: 0, name: '', position: null, user: '', walk: null }),
   (r, n, wt, m) => {
     switch (n) {
       case 1: m.id = readU32(r, wt, 'Member.id'); return true;
@@ -547,6 +598,8 @@ const decodeMember = kind(
       case 3: m.position = readMessage(r, wt, 'Member.position', m.position, decodePosition); return true;
       case 4: m.walk = readMessage(r, wt, 'Member.walk', m.walk, decodeWalk); return true;
       case 5: m.movedAtMs = readU64(r, wt, 'Member.movedAtMs'); return true;
+      case 6: m.data.push(readDataEntry(r, wt, 'Member.data')); return true;
+      case 7: m.user = readString(r, wt, 'Member.user'); return true;
       default: return false;
     }
   },
@@ -640,6 +693,22 @@ const decodeChatMessage = kind(
   },
 );
 
+function encodeMemberData(w, d) {
+  w.scalar(1, u32(d.memberId, 'memberData.memberId'));
+  encodeData(w, 2, d.data, 'memberData.data');
+}
+
+const decodeMemberData = kind(
+  () => ({ data: [], memberId: 0 }),
+  (r, n, wt, d) => {
+    switch (n) {
+      case 1: d.memberId = readU32(r, wt, 'MemberData.memberId'); return true;
+      case 2: d.data.push(readDataEntry(r, wt, 'MemberData.data')); return true;
+      default: return false;
+    }
+  },
+);
+
 function encodePong(w, p) {
   w.scalar(1, u64(p.clientTimeMs, 'pong.clientTimeMs'));
   w.scalar(2, u64(p.serverTimeMs, 'pong.serverTimeMs'));
@@ -681,6 +750,7 @@ const CLIENT_BODIES = [
   [3, 'chat', encodeSendChat, decodeSendChat],
   [4, 'ping', encodePing, decodePing],
   [5, 'leave', () => {}, decodeLeave],
+  [6, 'setData', encodeSetData, decodeSetData],
 ];
 
 const SERVER_BODIES = [
@@ -691,7 +761,14 @@ const SERVER_BODIES = [
   [5, 'pong', encodePong, decodePong],
   [6, 'error', encodeError, decodeError],
   [7, 'resync', encodeSnapshot, decodeSnapshot],
+  // 8 is the motion batch (SERVER_MOTION_FIELD).
+  [9, 'memberData', encodeMemberData, decodeMemberData],
 ];
+
+/** A oneof's bodies by field number. */
+const byNumber = (bodies) => new Map(bodies.map((b) => [b[0], b]));
+const CLIENT_BY_NUMBER = byNumber(CLIENT_BODIES);
+const SERVER_BY_NUMBER = byNumber(SERVER_BODIES);
 
 const SERVER_MOTION_FIELD = 8;
 
@@ -746,7 +823,7 @@ function decodeClientMessage(bytes) {
   const msg = {};
   let current = null;
   readFields(r, r.buf.length, (rr, n, wt) => {
-    const body = CLIENT_BODIES[n - 1];
+    const body = CLIENT_BY_NUMBER.get(n);
     if (!body) return false;
     current = readBody(rr, wt, msg, current, body);
     return true;
@@ -792,7 +869,7 @@ function decodeServerMessage(bytes) {
       }
       return true;
     }
-    const body = SERVER_BODIES[n - 1];
+    const body = SERVER_BY_NUMBER.get(n);
     if (!body) return false;
     current = readBody(rr, wt, msg, current, body);
     return true;
@@ -1021,6 +1098,10 @@ class Member {
     this.easeFrom = 0;
     /** Motion updates applied to this member. */
     this.updates = 0;
+    /** The app's data (key → value, frozen; replaced whole on each change). */
+    this.data = Object.freeze({});
+    /** The app's user id (the token's `sub`) when its token shares it, else null. */
+    this.user = null;
   }
 
   /** A Member from a decoded `amble.v1.Member` (a snapshot or Joined entry). */
@@ -1028,7 +1109,19 @@ class Member {
     const member = new Member(m.id, m.name, options);
     const p = m.position ?? { x: 0, y: 0 };
     member.reset(m.movedAtMs, p.x, p.y, m.walk);
+    member.setData(m.data);
+    member.user = m.user ? m.user : null;
     return member;
+  }
+
+  /**
+   * Replaces the member's data with wire entries (`[{ key, value }]`, as
+   * `Member.data` and `MemberData` carry them). `data` is a frozen plain
+   * object, key → value, replaced whole on each change.
+   */
+  setData(entries) {
+    // fromEntries defines own properties: a key like "__proto__" stays data.
+    this.data = Object.freeze(Object.fromEntries((entries ?? []).map((e) => [e.key, e.value])));
   }
 
   /** The server time of the newest keyframe. */
@@ -1300,7 +1393,15 @@ const DEFAULT_LIMITS = Object.freeze({
   roomCapacity: 500,
   chatIntervalMs: 2000,
   chatBurst: 5,
+  maxDataEntries: 8,
+  maxDataBytes: 512,
+  maxDataValueChars: 200,
+  dataIntervalMs: 1000,
+  dataBurst: 3,
 });
+
+/** Member data keys: 1 to 32 characters of a-z, 0-9, '_', '.' and '-'. */
+const DATA_KEY = /^[a-z0-9_.-]{1,32}$/;
 
 /** Added to the render delay for network jitter (ms). */
 const JITTER_MARGIN_MS = 100;
@@ -1432,6 +1533,45 @@ function chatProblem(text, maxChars = DEFAULT_LIMITS.maxChatChars) {
   return problem;
 }
 
+/**
+ * Why member data would be refused (INVALID_DATA), or null when it is fine:
+ * `data` is an object of key → value; with `removals`, a value of '' or
+ * null removes the key (setData), otherwise every value must be text.
+ * Only the entries themselves are checked: whether a member's data after a
+ * change keeps to maxDataEntries and maxDataBytes is the server's to say.
+ */
+function dataProblem(data, limits = DEFAULT_LIMITS, { removals = false } = {}) {
+  if (data === null || typeof data !== 'object' || Array.isArray(data)) {
+    return 'data must be an object of key → text';
+  }
+  const keys = Object.keys(data);
+  const max = removals ? limits.maxDataEntries * 2 : limits.maxDataEntries;
+  if (keys.length > max) return `at most ${max} entries`;
+  let bytes = 0;
+  for (const key of keys) {
+    if (!DATA_KEY.test(key)) return `key ${JSON.stringify(key)}: 1 to 32 characters of a-z, 0-9, '_', '.' and '-'`;
+    const value = data[key];
+    if (removals && (value === '' || value === null)) continue;
+    if (typeof value !== 'string') return `key ${JSON.stringify(key)}: the value must be text`;
+    const problem = textProblem(value, limits.maxDataValueChars);
+    if (problem) return `key ${JSON.stringify(key)}: ${problem === 'blank' ? 'the value is blank' : problem === 'empty' ? 'the value is empty' : problem}`;
+    bytes += key.length + utf8Length(value.normalize('NFC'));
+  }
+  if (!removals && bytes > limits.maxDataBytes) return `at most ${limits.maxDataBytes} bytes of keys and values`;
+  return null;
+}
+
+function utf8Length(text) {
+  return new TextEncoder().encode(text).length;
+}
+
+/** Wire entries (`[{ key, value }]`, sorted by key) for data `{ key: value }`. */
+function dataEntries(data) {
+  return Object.keys(data ?? {})
+    .sort()
+    .map((key) => ({ key, value: data[key] === null ? '' : data[key].normalize('NFC') }));
+}
+
 /** A sentence for a person about an Error code from the server. */
 function explainError(code, serverMessage = '') {
   switch (code) {
@@ -1460,6 +1600,8 @@ function explainError(code, serverMessage = '') {
       return "You don't have access to this room.";
     case ErrorCode.REPLACED:
       return 'You joined this room from another tab or device, so this one was disconnected.';
+    case ErrorCode.INVALID_DATA:
+      return `That can't be set${serverMessage ? ` (${serverMessage})` : ''}.`;
     default:
       return serverMessage || `Server error ${code}.`;
   }
@@ -1473,6 +1615,7 @@ const REFUSALS = new Set([
   ErrorCode.UNAUTHENTICATED,
   ErrorCode.FORBIDDEN,
   ErrorCode.RATE_LIMITED,
+  ErrorCode.INVALID_DATA,
 ]);
 
 /** The wait a RATE_LIMITED message names ("... next allowed in 1840 ms"), or null. */
@@ -1548,6 +1691,8 @@ function serverUrls(options) {
  * - `left` (member, reason) — someone left (reason: LeaveReason)
  * - `moved` (member) — a motion update for someone else
  * - `chat` ({ member, memberId, text, serverTimeMs }) — member may be null
+ * - `data` (member, previous) — a member's data changed (yours included):
+ *   `member.data` is the new one, `previous` the one before
  * - `resync` (members) — the member list was replaced by a snapshot
  * - `pong` (rttMs)
  * - `error` ({ code, message, text, refused }) — Error from the server
@@ -1647,6 +1792,8 @@ class AmbleClient {
     this.lastFreeMoveAt = -Infinity;
     this.chatTokens = 0;
     this.chatTokensAt = 0;
+    this.dataTokens = 0;
+    this.dataTokensAt = 0;
   }
 
   /** The server URL in use, or the one the next attempt goes to. */
@@ -1727,9 +1874,11 @@ class AmbleClient {
    * token's `name` claim supplies it. The answer comes as a `welcome` or an
    * `error` event.
    */
-  join(room, name = '', { start = null } = {}) {
+  join(room, name = '', { start = null, data = {} } = {}) {
     const tokenNames = name === '' && (this.token !== null || this.getToken !== null);
-    const problem = roomProblem(room) ?? (tokenNames ? null : nameProblem(name, this.limits.maxNameChars));
+    const problem = roomProblem(room)
+      ?? (tokenNames ? null : nameProblem(name, this.limits.maxNameChars))
+      ?? dataProblem(data, this.limits);
     if (problem) throw new RangeError(problem);
     if (start !== null && !(Number.isFinite(start?.x) && Number.isFinite(start?.y) && start.x >= 0 && start.y >= 0)) {
       throw new RangeError('start must be { x, y } in cm, both finite and not negative');
@@ -1738,7 +1887,10 @@ class AmbleClient {
     this.clearRoom(); // a new join is a new arrival, not a rejoin
     // The server keeps names in NFC: so does the client, to match its own.
     const at = start === null ? null : { x: Math.round(start.x), y: Math.round(start.y) };
-    this.wanted = { room, name: name.normalize('NFC'), start: at };
+    // The data goes with every Join of this room, and follows setData, so
+    // a rejoin after a reconnect carries the data as it was last set.
+    const wantedData = Object.fromEntries(dataEntries(data).map((e) => [e.key, e.value]));
+    this.wanted = { room, name: name.normalize('NFC'), start: at, data: wantedData };
     if (this.ws && this.ws.readyState === 1) this.sendJoin();
     else this.connect();
     return this;
@@ -1919,8 +2071,9 @@ class AmbleClient {
   sendJoin() {
     this.setState(State.JOINING);
     const { room, name, start } = this.wanted;
+    const data = dataEntries(this.wanted.data);
     if (this.getToken === null) {
-      this.send({ join: { room, name, token: this.token ?? '', start } });
+      this.send({ join: { room, name, token: this.token ?? '', start, data } });
       return;
     }
     // A fresh token for every Join. Its answer is used only if the socket
@@ -1941,7 +2094,7 @@ class AmbleClient {
           this.tokenFailed(new TypeError('getToken must resolve to a token string'));
           return;
         }
-        this.send({ join: { room, name, token, start } });
+        this.send({ join: { room, name, token, start, data } });
       },
       (err) => {
         if (current()) this.tokenFailed(err);
@@ -2100,6 +2253,38 @@ class AmbleClient {
     return true;
   }
 
+  /**
+   * Sets entries of your member data (`{ key: value }`; a value of '' or
+   * null removes the key). Everyone in the room, you included, gets a
+   * `data` event once the server applied it; it stays for rejoins. Throws
+   * a RangeError for entries the server would refuse (see dataProblem).
+   * Returns false, sending nothing, when the data budget (limits.dataBurst,
+   * one more per dataIntervalMs) is spent.
+   */
+  setData(changes) {
+    if (this.state !== State.JOINED) throw new Error('setData needs a room: join one first');
+    const problem = dataProblem(changes, this.limits, { removals: true });
+    if (problem) throw new RangeError(problem);
+    const now = this.now();
+    const interval = this.limits.dataIntervalMs + PACING_SLACK_MS;
+    const burst = Math.max(1, this.limits.dataBurst);
+    this.dataTokens = Math.min(burst, this.dataTokens + (now - this.dataTokensAt) / interval);
+    this.dataTokensAt = now;
+    if (this.dataTokens < 1) return false;
+    this.dataTokens -= 1;
+    const entries = dataEntries(changes);
+    if (!this.send({ setData: { data: entries } })) return false;
+    if (this.wanted) {
+      const next = { ...this.wanted.data };
+      for (const { key, value } of entries) {
+        if (value === '') delete next[key];
+        else next[key] = value;
+      }
+      this.wanted.data = next;
+    }
+    return true;
+  }
+
   /** How long (ms) until chat() may send again: 0 when it may now. */
   chatWaitMs() {
     const interval = this.limits.chatIntervalMs + PACING_SLACK_MS;
@@ -2135,6 +2320,7 @@ class AmbleClient {
     else if (msg.pong) this.onPong(msg.pong);
     else if (msg.error) this.onError(msg.error);
     else if (msg.resync) this.onResync(msg.resync);
+    else if (msg.memberData) this.onMemberData(msg.memberData);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
 
@@ -2166,6 +2352,8 @@ class AmbleClient {
     this.lastFreeMoveAt = -Infinity;
     this.chatTokens = this.limits.chatBurst;
     this.chatTokensAt = localNow;
+    this.dataTokens = this.limits.dataBurst;
+    this.dataTokensAt = localNow;
     this.pending = null;
     this.lastSentStand = null;
     this.attempt = 0;
@@ -2235,6 +2423,8 @@ class AmbleClient {
           const p = m.position ?? { x: 0, y: 0 };
           kept.reset(m.movedAtMs, p.x, p.y, m.walk, easeAt);
         }
+        kept.setData(m.data);
+        kept.user = m.user ? m.user : null;
         next.set(m.id, kept);
       } else {
         next.set(m.id, Member.fromWire(m, { isSelf: m.id === this.memberId, tuning: this.tuning }));
@@ -2270,6 +2460,15 @@ class AmbleClient {
     });
   }
 
+  onMemberData(d) {
+    if (this.state !== State.JOINED) return;
+    const m = this.members.get(d.memberId);
+    if (!m) return;
+    const previous = m.data;
+    m.setData(d.data);
+    this.emit('data', m, previous);
+  }
+
   onPong(p) {
     this.rttMs = this.clock.sample(p.clientTimeMs, p.serverTimeMs, this.now());
     this.emit('pong', this.rttMs);
@@ -2279,7 +2478,8 @@ class AmbleClient {
     const info = { code: e.code, message: e.message, text: explainError(e.code, e.message), refused: false };
     if (e.code === ErrorCode.RATE_LIMITED) {
       info.retryInMs = retryAfterMs(e.message);
-      if (info.retryInMs !== null && this.state === State.JOINED) {
+      const dataDropped = e.message.startsWith('data budget');
+      if (info.retryInMs !== null && this.state === State.JOINED && !dataDropped) {
         // A chat the server dropped: wait as long as it says.
         const interval = this.limits.chatIntervalMs + PACING_SLACK_MS;
         this.chatTokens = Math.min(1 - this.chatWaitMs() / interval, 1 - info.retryInMs / interval);
@@ -2374,10 +2574,10 @@ function detach(ws) {
 function clamp(v, lo, hi) {
   return v < lo ? lo : v > hi ? hi : v;
 }
-return { ErrorCode, LeaveReason, Member, PROTOCOL_REVISION, SUBPROTOCOL, VERSION, REVISION_FEATURES, compatibility, State, DEFAULT_RECONNECT, backoffDelay, DEFAULT_LIMITS, ServerClock, textProblem, nameProblem, roomProblem, chatProblem, explainError, retryAfterMs, AmbleClient, defaultRenderDelay, waitText };
+return { ErrorCode, LeaveReason, Member, PROTOCOL_REVISION, SUBPROTOCOL, VERSION, REVISION_FEATURES, compatibility, State, DEFAULT_RECONNECT, backoffDelay, DEFAULT_LIMITS, ServerClock, textProblem, nameProblem, roomProblem, chatProblem, dataProblem, explainError, retryAfterMs, AmbleClient, defaultRenderDelay, waitText };
 })();
 
 // ---------------------------------------------------------------- exports
-export const { ErrorCode, LeaveReason, Member, PROTOCOL_REVISION, SUBPROTOCOL, VERSION, REVISION_FEATURES, compatibility, State, DEFAULT_RECONNECT, backoffDelay, DEFAULT_LIMITS, ServerClock, textProblem, nameProblem, roomProblem, chatProblem, explainError, retryAfterMs, AmbleClient, defaultRenderDelay, waitText } = module_amble_js;
+export const { ErrorCode, LeaveReason, Member, PROTOCOL_REVISION, SUBPROTOCOL, VERSION, REVISION_FEATURES, compatibility, State, DEFAULT_RECONNECT, backoffDelay, DEFAULT_LIMITS, ServerClock, textProblem, nameProblem, roomProblem, chatProblem, dataProblem, explainError, retryAfterMs, AmbleClient, defaultRenderDelay, waitText } = module_amble_js;
 export const { SCHEMA_FNV1A64, MOTION_TIME_MODULUS, DecodeError, checkPosition, checkSpeed, encodeClientMessage, decodeClientMessage, encodeServerMessage, decodeServerMessage, MotionError, motionTime, resolveMotionTime, motionRecordLength, decodeMotion, encodeMotion, websocketHeaderBytes } = module_codec_js;
 export const { DEFAULT_TUNING } = module_member_js;

@@ -14,6 +14,7 @@ import {
   State,
   backoffDelay,
   chatProblem,
+  dataProblem,
   nameProblem,
   textProblem,
   waitText,
@@ -36,6 +37,11 @@ const LIMITS = {
   roomCapacity: 500,
   chatIntervalMs: 2000,
   chatBurst: 5,
+  maxDataEntries: 8,
+  maxDataBytes: 512,
+  maxDataValueChars: 200,
+  dataIntervalMs: 1000,
+  dataBurst: 3,
 };
 
 /** Timers on a clock the test moves by hand. */
@@ -149,7 +155,7 @@ function setup(options = {}) {
     ...options,
   });
   const events = [];
-  for (const type of ['state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong']) {
+  for (const type of ['state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data']) {
     client.on(type, (...args) => events.push([type, ...args]));
   }
   const last = () => sockets[sockets.length - 1];
@@ -175,7 +181,7 @@ test('joining: connects with the subprotocol, sends Join, and the Welcome fills 
   assert.equal(ws.binaryType, 'arraybuffer');
   ws.open();
   assert.equal(client.state, State.JOINING);
-  assert.deepEqual(ws.sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null }]);
+  assert.deepEqual(ws.sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, data: [] }]);
   assert.equal(ws.sentOf('ping').length, 1, 'a first Ping for the clock');
   ws.receive(welcome(1, [wire(0, 'Ada', 100, 100), wire(1, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
@@ -501,7 +507,7 @@ test('reconnect: exponential backoff with injected jitter, rejoining the same ro
   assert.match(of('closed')[0][1].text, /Reconnecting in/);
   // The server is back: the client rejoins the same room with the same name.
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, data: [] }]);
   last().receive(welcome(4, [wire(0, 'Ada', 100, 100), wire(4, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
   const [, rejoin] = of('welcome')[1];
@@ -533,7 +539,7 @@ test('leave() keeps the socket; a new join works on it', () => {
   assert.equal(client.me, null);
   assert.equal(last().sentOf('leave').length, 1);
   client.join('cafe', 'Me');
-  assert.deepEqual(last().sentOf('join')[1], { room: 'cafe', name: 'Me', token: '', start: null });
+  assert.deepEqual(last().sentOf('join')[1], { room: 'cafe', name: 'Me', token: '', start: null, data: [] });
 });
 
 test('a resync replaces the members; a member that is still there is eased, not snapped', () => {
@@ -623,11 +629,11 @@ test('token: a fixed token goes in every Join, the first and after a reconnect',
   const { client, last, time } = setup({ token: 'header.claims.sig' });
   client.join('lobby', 'Me');
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null, data: [] }]);
   last().drop(1006);
   time.advance(time.pending()[0]);
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null, data: [] }]);
 });
 
 test('getToken: asked before every Join, again on each reconnect; a late answer for a dead socket is dropped', async () => {
@@ -645,7 +651,7 @@ test('getToken: asked before every Join, again on each reconnect; a late answer 
   assert.equal(client.state, State.JOINING);
   assert.deepEqual(last().sentOf('join'), [], 'nothing sent before the token comes');
   await settle();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-1', start: null }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-1', start: null, data: [] }]);
   last().receive(welcome(1, [wire(1, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
 
@@ -654,7 +660,7 @@ test('getToken: asked before every Join, again on each reconnect; a late answer 
   time.advance(time.pending()[0]);
   last().open();
   await settle();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-2', start: null }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-2', start: null, data: [] }]);
   assert.deepEqual(asked, [
     { room: 'lobby', name: 'Me' },
     { room: 'lobby', name: 'Me' },
@@ -732,7 +738,7 @@ test('with a token the name may be left to its name claim', () => {
   const { client, last } = setup({ token: 't' });
   client.join('lobby');
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: '', token: 't', start: null }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: '', token: 't', start: null, data: [] }]);
   const { client: open } = setup();
   assert.throws(() => open.join('lobby'), RangeError);
   assert.throws(() => setup({ token: 42 }), TypeError);
@@ -774,7 +780,7 @@ test('several urls: a dropped connection reconnects through the next one, in tur
   ]);
   // Node 3 answers: the page rejoins the same room where it was.
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, data: [] }]);
   last().receive(welcome(7, [wire(0, 'Ada', 100, 100), wire(7, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
   assert.equal(of('welcome')[1][1].rejoined, true);
@@ -861,9 +867,107 @@ test('join may say where to appear; the start goes with every Join of that room,
   assert.throws(() => client.join('lobby', 'Me', { start: { x: Number.NaN, y: 3 } }), RangeError);
   client.join('lobby', 'Me', { start: { x: 120.4, y: 4999.6 } });
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: { x: 120, y: 5000 } }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: { x: 120, y: 5000 }, data: [] }]);
   last().drop(1006);
   time.advance(60_000);
   last().open();
   assert.deepEqual(last().sentOf('join')[0].start, { x: 120, y: 5000 });
+});
+
+// ------------------------------------------------------------ member data
+
+test('join carries data, sorted by key, in every Join of that room; members expose data and a shared user', () => {
+  const { client, last, time } = setup();
+  client.join('lobby', 'Me', { data: { status: 'busy', colour: '#e4572e' } });
+  last().open();
+  const sent = [{ key: 'colour', value: '#e4572e' }, { key: 'status', value: 'busy' }];
+  assert.deepEqual(last().sentOf('join')[0].data, sent);
+  last().receive(welcome(1, [
+    { ...wire(0, 'Ada', 100, 100), data: [{ key: 'role', value: 'host' }], user: 'user-7' },
+    { ...wire(1, 'Me', 2500, 2500), data: sent },
+  ]));
+  assert.deepEqual(client.members.get(0).data, { role: 'host' });
+  assert.equal(client.members.get(0).user, 'user-7');
+  assert.deepEqual(client.me.data, { colour: '#e4572e', status: 'busy' });
+  assert.equal(client.me.user, null, 'not shared: null');
+  assert.ok(Object.isFrozen(client.me.data));
+  // A reconnect rejoins with the same data.
+  last().drop(1006);
+  time.advance(60_000);
+  last().open();
+  assert.deepEqual(last().sentOf('join')[0].data, sent);
+});
+
+test('join refuses data the server would refuse before sending anything', () => {
+  const { client, sockets } = setup();
+  assert.throws(() => client.join('lobby', 'Me', { data: { Colour: 'red' } }), /key "Colour"/);
+  assert.throws(() => client.join('lobby', 'Me', { data: { k: '' } }), /the value is empty/);
+  assert.throws(() => client.join('lobby', 'Me', { data: { k: 3 } }), /must be text/);
+  assert.throws(() => client.join('lobby', 'Me', { data: { k: 'x'.repeat(201) } }), /at most 200 characters/);
+  assert.throws(() => client.join('lobby', 'Me', { data: ['a'] }), RangeError);
+  const nine = Object.fromEntries([...Array(9).keys()].map((i) => [`k${i}`, 'v']));
+  assert.throws(() => client.join('lobby', 'Me', { data: nine }), /at most 8 entries/);
+  assert.throws(
+    () => client.join('lobby', 'Me', { data: { a: 'x'.repeat(200), b: 'x'.repeat(200), c: 'x'.repeat(110) } }),
+    /at most 512 bytes/,
+  );
+  assert.equal(sockets.length, 0);
+});
+
+test('dataProblem: removals only for setData', () => {
+  assert.equal(dataProblem({ status: 'busy' }), null);
+  assert.equal(dataProblem({ status: '' }, undefined, { removals: true }), null);
+  assert.equal(dataProblem({ status: null }, undefined, { removals: true }), null);
+  assert.match(dataProblem({ status: null }), /must be text/);
+  assert.match(dataProblem({ 'a b': 'x' }), /key "a b"/);
+});
+
+test('setData sends entries, removals as empty values, within its budget; the data event follows the server', () => {
+  const { client, last, of, time } = joined();
+  assert.equal(client.setData({ status: 'presenting', colour: null }), true);
+  assert.deepEqual(last().sentOf('setData'), [
+    { data: [{ key: 'colour', value: '' }, { key: 'status', value: 'presenting' }] },
+  ]);
+  assert.equal(of('data').length, 0, 'nothing until the server says so');
+  last().receive({ memberData: { memberId: 1, data: [{ key: 'status', value: 'presenting' }] } });
+  const [[, member, previous]] = of('data');
+  assert.equal(member, client.me);
+  assert.deepEqual(previous, {});
+  assert.deepEqual(client.me.data, { status: 'presenting' });
+  // Someone else's change.
+  last().receive({ memberData: { memberId: 0, data: [{ key: 'colour', value: 'red' }] } });
+  assert.deepEqual(client.members.get(0).data, { colour: 'red' });
+  assert.equal(of('data').length, 2);
+  // An unknown member's data is ignored.
+  last().receive({ memberData: { memberId: 99, data: [] } });
+  assert.equal(of('data').length, 2);
+  // Budget: a burst of 3, then one per dataIntervalMs.
+  assert.equal(client.setData({ a: '1' }), true);
+  assert.equal(client.setData({ a: '2' }), true);
+  assert.equal(client.setData({ a: '3' }), false);
+  assert.equal(last().sentOf('setData').length, 3);
+  time.advance(1_010);
+  assert.equal(client.setData({ a: '3' }), true);
+  assert.throws(() => client.setData({ A: '1' }), RangeError);
+  // The data set last goes with a rejoin.
+  last().drop(1006);
+  time.advance(60_000);
+  last().open();
+  assert.deepEqual(last().sentOf('join')[0].data, [{ key: 'a', value: '3' }, { key: 'status', value: 'presenting' }]);
+});
+
+test('a snapshot replaces members\' data; INVALID_DATA refuses a join and explains itself', () => {
+  const { client, last, of } = joined();
+  last().receive({ resync: { serverTimeMs: EPOCH, members: [
+    { ...wire(0, 'Ada', 100, 100), data: [{ key: 'status', value: 'away' }], user: 'u-1' },
+    wire(1, 'Me', 2500, 2500),
+  ] } });
+  assert.deepEqual(client.members.get(0).data, { status: 'away' });
+  assert.equal(client.members.get(0).user, 'u-1');
+  client.join('other', 'Me');
+  last().receive({ error: { code: ErrorCode.INVALID_DATA, message: 'the token\'s data claim: key "Role": bad' } });
+  const info = of('error').at(-1)[1];
+  assert.equal(info.refused, true);
+  assert.match(info.text, /can't be set/);
+  assert.throws(() => client.setData({ a: '1' }), /join one first/);
 });

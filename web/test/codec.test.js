@@ -62,9 +62,11 @@ test('the vectors cover every message body', () => {
     for (const key of Object.keys(v.json)) if (key !== 'motion') bodies[v.type].add(key);
     if (v.type === 'ServerMessage' && v.json.motion.length > 0) bodies[v.type].add('motion');
   }
-  assert.deepEqual([...bodies.ClientMessage].sort(), ['chat', 'join', 'leave', 'move', 'ping']);
+  assert.deepEqual([...bodies.ClientMessage].sort(), [
+    'chat', 'join', 'leave', 'move', 'ping', 'setData',
+  ]);
   assert.deepEqual([...bodies.ServerMessage].sort(), [
-    'chat', 'error', 'joined', 'left', 'motion', 'pong', 'resync', 'welcome',
+    'chat', 'error', 'joined', 'left', 'memberData', 'motion', 'pong', 'resync', 'welcome',
   ]);
 });
 

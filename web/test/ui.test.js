@@ -8,8 +8,11 @@ import { readFileSync } from 'node:fs';
 import { AmbleClient, State } from '../amble.js';
 import { ErrorCode, LeaveReason } from '../codec.js';
 import {
+  MAX_STATUS_CHARS,
   ReturnFilter,
   contrast,
+  dataColour,
+  dataStatus,
   errorInChat,
   inSeconds,
   keyBelongsTo,
@@ -18,6 +21,7 @@ import {
   outageReason,
   roomStatus,
   serverUrls,
+  statusChange,
   titleFor,
 } from '../ui.js';
 import { LabelGrid, PALETTE, colourDistance, colourFor, distinctColour, edgePoint, ellipsize, initial } from '../view.js';
@@ -314,4 +318,21 @@ test('reconnectNow runs the waiting attempt at once, and only a waiting one (iss
   client.close();
   assert.equal(client.reconnectNow(), false, 'close() ends the reconnecting');
   assert.equal(sockets.length, 2);
+});
+
+test('member data: a colour only as #rrggbb, a status trimmed and cut short, the picker\'s changes (issue 19)', () => {
+  assert.equal(dataColour({ colour: '#E4572E' }), '#e4572e');
+  for (const bad of [undefined, {}, { colour: 'red' }, { colour: '#fff' }, { colour: '#e4572e; x' }, { colour: 3 }]) {
+    assert.equal(dataColour(bad), null, JSON.stringify(bad));
+  }
+  assert.equal(dataStatus({ status: '  busy ' }), 'busy');
+  assert.equal(dataStatus({}), '');
+  assert.equal(dataStatus(undefined), '');
+  const long = 'é'.repeat(MAX_STATUS_CHARS + 5);
+  assert.equal([...dataStatus({ status: long })].length, MAX_STATUS_CHARS);
+  assert.ok(dataStatus({ status: long }).endsWith('…'));
+  assert.deepEqual(statusChange('busy', 'ignored'), { status: 'busy' });
+  assert.deepEqual(statusChange('other', ' at lunch '), { status: 'at lunch' });
+  assert.deepEqual(statusChange('other', '   '), { status: null });
+  assert.deepEqual(statusChange('other', 'x'.repeat(50)), { status: 'x'.repeat(MAX_STATUS_CHARS) });
 });

@@ -170,6 +170,7 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
         .await
         .map_err(|(kind, _)| (kind, None))?;
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
+        data: Vec::new(),
         start: None,
         room: plan.room_name(room),
         name: plan.bot_name(index),

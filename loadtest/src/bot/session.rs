@@ -344,7 +344,7 @@ impl<'a> Session<'a> {
                     );
                 }
                 Some(Body::Error(error)) => server_error = Some(Some(error.code)),
-                Some(Body::Welcome(_) | Body::Pong(_)) | None => {}
+                Some(Body::Welcome(_) | Body::Pong(_) | Body::MemberData(_)) | None => {}
             }
         } else {
             server_error = Some(None);

@@ -16,6 +16,8 @@ fn claims(sub: &str) -> Claims {
         name: None,
         rooms: None,
         start: None,
+        data: None,
+        share_sub: false,
     }
 }
 
@@ -73,6 +75,8 @@ fn admits_a_good_token_with_its_user_and_name() {
             user: Some(Arc::from("user-1")),
             name: Some("Ada".into()),
             start: None,
+            data: None,
+            share_sub: false,
         })
     );
     let refused = hs256().admit(&token, "lobby");
@@ -519,4 +523,44 @@ fn bump_mtime(path: &Path) {
         .expect("open");
     let later = std::time::SystemTime::now() + std::time::Duration::from_secs(1);
     file.set_modified(later).expect("set mtime");
+}
+
+/// Issue #19: a token's `data` claim is an object of strings held to the
+/// rules of a Join's data; `share_sub` reaches the admission.
+#[test]
+fn the_data_claim_is_an_object_of_strings_within_the_rules() {
+    let rules = Rules::default();
+    let got =
+        data_claim(serde_json::json!({"role": "host", "colour": "red"}), &rules).expect("valid");
+    assert_eq!(got.get("role"), Some("host"));
+    assert_eq!(got.entries()[0].0, "colour", "sorted by key");
+    assert_eq!(
+        data_claim(serde_json::json!(["role"]), &rules),
+        Err("not an object of strings (`{\"key\": \"value\"}`)".into())
+    );
+    assert_eq!(
+        data_claim(serde_json::json!({"n": 3}), &rules),
+        Err("key \"n\": the value is not a string".into())
+    );
+    assert_eq!(
+        data_claim(serde_json::json!({"Role": "host"}), &rules),
+        Err("key \"Role\": keys take only a-z, 0-9, '_', '.' and '-'".into())
+    );
+    let nine: serde_json::Map<String, serde_json::Value> = (0..9)
+        .map(|i| (format!("k{i}"), serde_json::Value::from("v")))
+        .collect();
+    assert_eq!(
+        data_claim(serde_json::Value::Object(nine), &rules),
+        Err("9 entries: at most 8 are allowed".into())
+    );
+
+    let mut c = claims("user-1");
+    c.data = Some(serde_json::json!({"role": "host"}));
+    c.share_sub = true;
+    let token = mint_hs256(SECRET, &c).expect("mint");
+    let admitted = hs256().admit(&token, "lobby").expect("admitted");
+    assert_eq!(admitted.data, Some(serde_json::json!({"role": "host"})));
+    assert!(admitted.share_sub);
+    let plain = mint_hs256(SECRET, &claims("user-1")).expect("mint");
+    assert!(!hs256().admit(&plain, "lobby").expect("admitted").share_sub);
 }

@@ -20,6 +20,7 @@ fn member(id: u32, x: u32) -> pb::Member {
         position: Some(pb::Position { x, y: 10 }),
         walk: None,
         moved_at_ms: 5,
+        ..Default::default()
     }
 }
 
@@ -423,4 +424,59 @@ fn a_one_move_update_is_small() {
         },
     );
     assert_eq!((one.len(), three.len()), (46, 74));
+}
+
+fn entry(key: &str, value: &str) -> pb::DataEntry {
+    pb::DataEntry {
+        key: key.into(),
+        value: value.into(),
+    }
+}
+
+/// Issue #19: a member's data and shared user ride in its joined op, and a
+/// data change is its own op, both checked like a Join's data.
+#[test]
+fn member_data_rides_along_and_is_checked() {
+    let mut m = member(1, 1);
+    m.data = vec![entry("status", "busy"), entry("colour", "red")];
+    m.user = "user-7".into();
+    let u = decode_update(&one(joined_op(m, 3)), 16, &rules()).expect("decodes");
+    let Op::Joined(j) = &u.ops[0] else {
+        panic!("{:?}", u.ops);
+    };
+    assert_eq!(j.data.get("colour"), Some("red"));
+    assert_eq!(j.data.entries()[0].0, "colour", "sorted by key");
+    assert_eq!(j.user.as_deref(), Some("user-7"));
+    let plain = decode_update(&one(joined_op(member(1, 1), 3)), 16, &rules()).expect("decodes");
+    let Op::Joined(j) = &plain.ops[0] else {
+        panic!("{:?}", plain.ops);
+    };
+    assert_eq!(j.user, None);
+
+    let change = |member_id, data| one(data_op(pb::MemberData { member_id, data }));
+    let u =
+        decode_update(&change(1, vec![entry("status", "free")]), 16, &rules()).expect("decodes");
+    assert!(
+        matches!(&u.ops[0], Op::Data { id: MemberId(1), data } if data.get("status") == Some("free"))
+    );
+    // Another slot's member, a bad key, too many entries, too many bytes,
+    // a duplicate key, a user too long: dropped.
+    assert!(decode_update(&change(2, vec![]), 16, &rules()).is_err());
+    assert!(decode_update(&change(1, vec![entry("Bad", "v")]), 16, &rules()).is_err());
+    let nine = (0..9).map(|i| entry(&format!("k{i}"), "v")).collect();
+    assert!(decode_update(&change(1, nine), 16, &rules()).is_err());
+    let big = vec![
+        entry("a", &"x".repeat(200)),
+        entry("b", &"x".repeat(200)),
+        entry("c", &"x".repeat(110)),
+    ];
+    assert!(decode_update(&change(1, big), 16, &rules()).is_err());
+    let twice = vec![entry("a", "1"), entry("a", "2")];
+    assert!(decode_update(&change(1, twice), 16, &rules()).is_err());
+    let mut long_user = member(1, 1);
+    long_user.user = "u".repeat(257);
+    assert!(decode_update(&one(joined_op(long_user, 3)), 16, &rules()).is_err());
+    let mut bad_data = member(1, 1);
+    bad_data.data = vec![entry("k", "")];
+    assert!(decode_update(&one(joined_op(bad_data, 3)), 16, &rules()).is_err());
 }

@@ -79,6 +79,15 @@ impl Apply<'_> {
                 if known.motion != m.motion && known.pending.replace(m.motion).is_none() {
                     dirty.push(m.id);
                 }
+                // A full state after a missed data change.
+                if known.data != m.data {
+                    known.data = m.data;
+                    self.frames
+                        .push(encode_server(Body::MemberData(pb::MemberData {
+                            member_id: m.id.0,
+                            data: known.data.to_pb(),
+                        })));
+                }
             }
             Some(known) if known.origin.as_deref() == Some(&**self.node) => {
                 // The same id in another seat: a new member whose
@@ -97,8 +106,10 @@ impl Apply<'_> {
             None => {
                 let member = Member {
                     seat: m.seat,
-                    user: None,
-                    name: m.name,
+                    share_user: m.user.is_some(),
+                    user: m.user,
+                    name: m.name.into_boxed_str(),
+                    data: m.data,
                     motion: m.motion,
                     moved_at_ms: m.moved_at_ms,
                     pending: None,
@@ -200,6 +211,19 @@ impl Apply<'_> {
                             text,
                             server_time_ms,
                         })));
+                    }
+                }
+                Op::Data { id, data } => {
+                    if self.owns(members, id) {
+                        self.follow_moves(members, dirty, id);
+                        let msg = pb::MemberData {
+                            member_id: id.0,
+                            data: data.to_pb(),
+                        };
+                        if let Some(m) = members.get_mut(&id) {
+                            m.data = data;
+                        }
+                        self.frames.push(encode_server(Body::MemberData(msg)));
                     }
                 }
             }

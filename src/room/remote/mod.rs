@@ -45,7 +45,8 @@ mod sequence;
 // What `room` calls: a free id in this node's slot, and the publishing of
 // a local member's join, leave, move or chat.
 pub(super) use self::publish::{
-    lowest_free_in_slot, published_chat, published_join, published_leave, published_moves_now,
+    lowest_free_in_slot, published_chat, published_data, published_join, published_leave,
+    published_moves_now,
 };
 
 /// A room's cluster state on this node.

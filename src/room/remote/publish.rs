@@ -1,5 +1,5 @@
 //! What this node tells the other nodes about a room: its members' joins,
-//! leaves and chat at once, its moves at once with a zero tick (the cut
+//! leaves, chat and data changes at once, its moves at once with a zero tick (the cut
 //! publishes the others), each as the next update of its part; and the
 //! frames an applied update made, written to the local sinks.
 
@@ -130,6 +130,13 @@ pub(in crate::room) fn published_moves_now(
 pub(in crate::room) fn published_chat(cluster: &Cluster, st: &mut State, chat: pb::ChatMessage) {
     if let Some(r) = st.remote.as_deref_mut() {
         r.publish_ops(cluster, vec![wire::chat_op(chat)]);
+    }
+}
+
+/// A local member's data changed: tell the other nodes.
+pub(in crate::room) fn published_data(cluster: &Cluster, st: &mut State, data: pb::MemberData) {
+    if let Some(r) = st.remote.as_deref_mut() {
+        r.publish_ops(cluster, vec![wire::data_op(data)]);
     }
 }
 

@@ -295,8 +295,9 @@ pub(super) fn held_size(u: &Update) -> usize {
         .ops
         .iter()
         .map(|op| match op {
-            Op::Joined(m) => m.name.len(),
+            Op::Joined(m) => m.name.len() + m.data.bytes() + m.user.as_ref().map_or(0, |u| u.len()),
             Op::Chat { text, .. } => text.len(),
+            Op::Data { data, .. } => data.bytes(),
             Op::Left { .. } => 0,
         })
         .sum();

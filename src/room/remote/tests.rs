@@ -17,7 +17,7 @@ use crate::cluster::wire::{Op, Origin, RemoteMember, RoomOrigin, cpb};
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::pb::{self, ServerMessage};
-use crate::protocol::{Motion, Position, decode_motion};
+use crate::protocol::{Data, Motion, Position, decode_motion};
 use crate::room::sink::{Frame, Sink};
 use crate::room::{Member, Membership, RoomSettings};
 
@@ -160,6 +160,8 @@ fn member(id: u32, name: &str, x: u32) -> RemoteMember {
         name: name.into(),
         motion: Motion::standing(Position { x, y: 0 }),
         moved_at_ms: 1,
+        data: Data::default(),
+        user: None,
     }
 }
 
@@ -230,6 +232,7 @@ async fn local_ids_take_the_nodes_slot_and_joins_leaves_and_chat_are_published_i
             Some(cpb::op::Op::Joined(_)) => "joined",
             Some(cpb::op::Op::Left(_)) => "left",
             Some(cpb::op::Op::Chat(_)) => "chat",
+            Some(cpb::op::Op::Data(_)) => "data",
             None => "none",
         })
         .collect();
@@ -676,7 +679,7 @@ async fn a_reused_id_in_a_full_state_is_a_left_and_a_joined() {
     );
     let handle = node.rooms.map.get("lobby").map(|r| Arc::clone(r.value()));
     let handle = handle.expect("open");
-    assert_eq!(handle.state().members[&MemberId(2)].name, "Dee");
+    assert_eq!(&*handle.state().members[&MemberId(2)].name, "Dee");
     // The same seat again: the same member, nothing to tell.
     node.apply(
         "lobby",
@@ -728,7 +731,9 @@ fn ids_in_a_slot_are_lowest_free_first() {
     let m = || Member {
         seat: 0,
         user: None,
-        name: String::new(),
+        share_user: false,
+        name: "".into(),
+        data: Data::default(),
         motion: Motion::standing(Position { x: 0, y: 0 }),
         moved_at_ms: 0,
         pending: None,
@@ -1351,4 +1356,74 @@ async fn a_remote_chat_or_leave_follows_the_members_waiting_move() {
     let frames = ada_frames.take();
     assert_eq!(frames.len(), 1);
     assert!(matches!(&frames[0].body, Some(Body::Chat(_))));
+}
+
+fn data(pairs: &[(&str, &str)]) -> Data {
+    Data::check(
+        pairs
+            .iter()
+            .map(|(k, v)| pb::DataEntry {
+                key: (*k).into(),
+                value: (*v).into(),
+            })
+            .collect(),
+        &crate::protocol::Rules::default(),
+    )
+    .expect("valid data")
+}
+
+/// Issue #19: a remote member's data arrives with it, a data op becomes a
+/// `MemberData`, and a full state after a missed change repairs it (one
+/// `MemberData`, no Left and Joined).
+#[tokio::test]
+async fn remote_member_data_arrives_changes_and_is_repaired_by_a_full_state() {
+    let node = Node::new("n1", 1);
+    let (_ada, ada) = node.join("lobby", "Ada").await;
+    ada.take();
+    let n2 = origin("n2", 7, 2);
+    let mut cy = member(2, "Cy", 40);
+    cy.data = data(&[("status", "busy")]);
+    cy.user = Some("user-9".into());
+    node.apply("lobby", full(&n2, 0, vec![]));
+    node.apply("lobby", update(&n2, 1, vec![Op::Joined(cy.clone())]));
+    node.apply(
+        "lobby",
+        update(
+            &n2,
+            2,
+            vec![Op::Data {
+                id: MemberId(2),
+                data: data(&[("status", "free")]),
+            }],
+        ),
+    );
+    match &bodies(ada.take())[..] {
+        [Body::Joined(j), Body::MemberData(d)] => {
+            let m = j.member.as_ref().expect("member");
+            assert_eq!(m.data, data(&[("status", "busy")]).to_pb());
+            assert_eq!(m.user, "user-9");
+            assert_eq!(d.member_id, 2);
+            assert_eq!(d.data, data(&[("status", "free")]).to_pb());
+        }
+        other => panic!("{other:?}"),
+    }
+    // A full state (the change to "away" was missed): only the data moves.
+    cy.data = data(&[("status", "away")]);
+    node.apply("lobby", full(&n2, 4, vec![cy.clone()]));
+    match &bodies(ada.take())[..] {
+        [Body::MemberData(d)] => assert_eq!(d.data, data(&[("status", "away")]).to_pb()),
+        other => panic!("{other:?}"),
+    }
+    // Unchanged data in a full state says nothing.
+    node.apply("lobby", full(&n2, 5, vec![cy]));
+    assert!(bodies(ada.take()).is_empty());
+    let (_bo, bo) = node.join("lobby", "Bo").await;
+    match &bodies(bo.take())[..] {
+        [Body::Welcome(w)] => {
+            let members = &w.snapshot.as_ref().expect("snapshot").members;
+            let cy = members.iter().find(|m| m.id == 2).expect("Cy");
+            assert_eq!(cy.data, data(&[("status", "away")]).to_pb());
+        }
+        other => panic!("{other:?}"),
+    }
 }

@@ -45,7 +45,10 @@ client.on('chat', ({ member, text }) => console.log(member?.name ?? 'someone who
 client.on('error', ({ code, refused, text }) => code === ErrorCode.ROOM_FULL && refused && text);
 client.on('closed', (info: CloseInfo) => info.willReconnect && info.nextUrl);
 client.on('compatibility', (info: Compatibility) => console.warn(info.text, info.missing.join(', ')));
-client.join('lobby', 'Ada', { start: { x: 2500, y: 2500 } }).connect();
+client.on('data', (member, previous) => member.data.status !== previous.status && member.user);
+client.join('lobby', 'Ada', { start: { x: 2500, y: 2500 }, data: { colour: '#e4572e' } }).connect();
+const dataSent: boolean = client.setData({ status: 'busy', colour: null });
+console.log(dataSent, client.reconnectNow());
 if (client.state === 'joined') {
   client.walkTo(100, 200, { speed: 300 });
   client.moveTo(10, 10);
