@@ -105,6 +105,12 @@ pub struct Metrics {
     pub auth_admitted: Counter,
     /// Members replaced by a newer connection of the same user.
     pub auth_replaced: Counter,
+    /// `RefreshToken`s accepted (`TokenRefreshed`).
+    pub auth_refreshed: Counter,
+    /// `RefreshToken`s refused, by reason (a Join's, or `other_user`).
+    pub auth_refresh_refused: Family<AuthLabels, Counter<u64, AtomicU64>>,
+    /// Sessions ended because their token expired unrefreshed.
+    pub auth_expired: Counter,
 
     // ---- Cluster (NATS) ----
     /// Registered only in cluster mode (see [`Metrics::enable_cluster`]).
@@ -175,6 +181,13 @@ impl Metrics {
     /// Counts one Join refused for its token, under `reason`.
     pub fn auth_refuse(&self, reason: &'static str) {
         self.auth_refused
+            .get_or_create(&AuthLabels { reason })
+            .inc();
+    }
+
+    /// Counts one `RefreshToken` refused, under `reason`.
+    pub fn auth_refresh_refuse(&self, reason: &'static str) {
+        self.auth_refresh_refused
             .get_or_create(&AuthLabels { reason })
             .inc();
     }
@@ -432,6 +445,21 @@ impl Metrics {
                 "auth_replaced",
                 "Members replaced by a newer connection of the same user (token sub)",
                 self.auth_replaced.clone(),
+            );
+            r.register(
+                "auth_refreshed",
+                "RefreshTokens accepted: the member's session now ends at the new token's expiry",
+                self.auth_refreshed.clone(),
+            );
+            r.register(
+                "auth_refresh_refused",
+                "RefreshTokens refused, by reason (a Join's token reasons, or other_user for another sub)",
+                self.auth_refresh_refused.clone(),
+            );
+            r.register(
+                "auth_expired",
+                "Connections closed (4003) because their member's token expired without a refresh",
+                self.auth_expired.clone(),
             );
 
             // ---- Cluster (NATS) ----

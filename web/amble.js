@@ -35,6 +35,7 @@ export const VERSION = '0.1.0';
  */
 export const REVISION_FEATURES = Object.freeze({
   2: Object.freeze(['Join.start (where to appear)', 'member data', 'the server version in Welcome']),
+  3: Object.freeze(['token expiry notices and RefreshToken']),
 });
 
 /**

@@ -36,6 +36,7 @@ export declare const ErrorCode: Readonly<{
   FORBIDDEN: 18;
   REPLACED: 19;
   INVALID_DATA: 20;
+  TOKEN_EXPIRED: 21;
 }>;
 /** A code the server may send (a newer server may send one this SDK does not name). */
 export type ErrorCodeValue = number;
@@ -157,6 +158,11 @@ export interface SetData {
   data: DataEntry[];
 }
 
+/** A fresh token for the member's session (protocol revision 3). */
+export interface RefreshToken {
+  token: string;
+}
+
 /** A decoded ClientMessage: exactly one body. When encoding, fields left out are their defaults. */
 export type ClientMessage =
   | { join: Join }
@@ -164,7 +170,8 @@ export type ClientMessage =
   | { chat: SendChat }
   | { ping: Ping }
   | { leave: Leave }
-  | { setData: SetData };
+  | { setData: SetData }
+  | { refresh: RefreshToken };
 
 /** What `encodeClientMessage` takes: a body whose fields may be left out (then their default). */
 export type ClientMessageInput =
@@ -173,7 +180,8 @@ export type ClientMessageInput =
   | { chat: Partial<SendChat> }
   | { ping: Partial<Ping> }
   | { leave: Leave }
-  | { setData: Partial<SetData> };
+  | { setData: Partial<SetData> }
+  | { refresh: Partial<RefreshToken> };
 
 // ------------------------------------------------------------- server → client
 
@@ -186,6 +194,8 @@ export interface Welcome {
   serverVersion: string;
   /** The protocol revision the server speaks (0 from a server before revision 2: read it as 1). */
   protocolRevision: number;
+  /** When the member's token expires, ms since the Unix epoch (0 without a token or keys, or before revision 3). */
+  tokenExpiresAtMs: number;
 }
 export interface Joined {
   member: WireMember | null;
@@ -208,6 +218,14 @@ export interface MemberData {
   memberId: number;
   data: DataEntry[];
 }
+/** The member's token expires at `expiresAtMs`: send RefreshToken before then. */
+export interface TokenExpiring {
+  expiresAtMs: number;
+}
+/** A RefreshToken was accepted: the session ends at `expiresAtMs` now (0: never). */
+export interface TokenRefreshed {
+  expiresAtMs: number;
+}
 export interface ServerError {
   code: ErrorCodeValue;
   message: string;
@@ -223,6 +241,8 @@ export interface ServerMessage {
   error?: ServerError;
   resync?: Snapshot;
   memberData?: MemberData;
+  tokenExpiring?: TokenExpiring;
+  tokenRefreshed?: TokenRefreshed;
   motion: number[];
 }
 

@@ -17,7 +17,7 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = 'd747c36c01a68be9';
+export const SCHEMA_FNV1A64 = '2bcadaaacd5950a6';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
@@ -25,11 +25,13 @@ export const SUBPROTOCOL = 'amble.v1';
 /**
  * The revision of amble.v1 this codec speaks (docs/protocol.md,
  * "Compatibility"): 1 the original schema; 2 added Join.start, member data
- * and Welcome.serverVersion / Welcome.protocolRevision. The server sends
+ * and Welcome.serverVersion / Welcome.protocolRevision; 3 token expiry
+ * and refresh (RefreshToken, TokenExpiring, TokenRefreshed,
+ * Welcome.tokenExpiresAtMs, TOKEN_EXPIRED). The server sends
  * its own in every Welcome; web/test/vectors.json records the server's,
  * and the codec test checks that the two agree.
  */
-export const PROTOCOL_REVISION = 2;
+export const PROTOCOL_REVISION = 3;
 
 /** Motion batch times are truncated to 7 bits (one varint byte). */
 export const MOTION_TIME_MODULUS = 128;
@@ -57,6 +59,7 @@ export const ErrorCode = Object.freeze({
   FORBIDDEN: 18,
   REPLACED: 19,
   INVALID_DATA: 20,
+  TOKEN_EXPIRED: 21,
 });
 
 /** Why a member left (`amble.v1.LeaveReason`). */
@@ -482,6 +485,19 @@ const decodeSetData = kind(
   },
 );
 
+function encodeRefreshToken(w, refresh) {
+  w.string(1, str(refresh.token, 'refresh.token'));
+}
+
+const decodeRefreshToken = kind(
+  () => ({ token: '' }),
+  (r, n, wt, refresh) => {
+    if (n !== 1) return false;
+    refresh.token = readString(r, wt, 'RefreshToken.token');
+    return true;
+  },
+);
+
 function encodeMove(w, mv) {
   w.message(1, mv.position, (ww, p) => encodePosition(ww, p, 'move.position'));
   w.message(2, mv.walk, (ww, walk) => encodeWalk(ww, walk, 'move.walk'));
@@ -622,10 +638,14 @@ function encodeWelcome(w, wel) {
   w.message(4, wel.snapshot, encodeSnapshot);
   w.string(5, str(wel.serverVersion, 'welcome.serverVersion'));
   w.scalar(6, u32(wel.protocolRevision, 'welcome.protocolRevision'));
+  w.scalar(7, u64(wel.tokenExpiresAtMs, 'welcome.tokenExpiresAtMs'));
 }
 
 const decodeWelcome = kind(
-  () => ({ limits: null, memberId: 0, protocolRevision: 0, room: '', serverVersion: '', snapshot: null }),
+  () => ({
+    limits: null, memberId: 0, protocolRevision: 0, room: '', serverVersion: '', snapshot: null,
+    tokenExpiresAtMs: 0,
+  }),
   (r, n, wt, wel) => {
     switch (n) {
       case 1: wel.memberId = readU32(r, wt, 'Welcome.memberId'); return true;
@@ -634,6 +654,7 @@ const decodeWelcome = kind(
       case 4: wel.snapshot = readMessage(r, wt, 'Welcome.snapshot', wel.snapshot, decodeSnapshot); return true;
       case 5: wel.serverVersion = readString(r, wt, 'Welcome.serverVersion'); return true;
       case 6: wel.protocolRevision = readU32(r, wt, 'Welcome.protocolRevision'); return true;
+      case 7: wel.tokenExpiresAtMs = readU64(r, wt, 'Welcome.tokenExpiresAtMs'); return true;
       default: return false;
     }
   },
@@ -702,6 +723,22 @@ const decodeMemberData = kind(
   },
 );
 
+/** TokenExpiring and TokenRefreshed: one `expiresAtMs`. */
+function encodeTokenExpiry(name) {
+  return (w, t) => w.scalar(1, u64(t.expiresAtMs, `${name}.expiresAtMs`));
+}
+
+function decodeTokenExpiry(type) {
+  return kind(
+    () => ({ expiresAtMs: 0 }),
+    (r, n, wt, t) => {
+      if (n !== 1) return false;
+      t.expiresAtMs = readU64(r, wt, `${type}.expiresAtMs`);
+      return true;
+    },
+  );
+}
+
 function encodePong(w, p) {
   w.scalar(1, u64(p.clientTimeMs, 'pong.clientTimeMs'));
   w.scalar(2, u64(p.serverTimeMs, 'pong.serverTimeMs'));
@@ -744,6 +781,7 @@ const CLIENT_BODIES = [
   [4, 'ping', encodePing, decodePing],
   [5, 'leave', () => {}, decodeLeave],
   [6, 'setData', encodeSetData, decodeSetData],
+  [7, 'refresh', encodeRefreshToken, decodeRefreshToken],
 ];
 
 const SERVER_BODIES = [
@@ -756,6 +794,8 @@ const SERVER_BODIES = [
   [7, 'resync', encodeSnapshot, decodeSnapshot],
   // 8 is the motion batch (SERVER_MOTION_FIELD).
   [9, 'memberData', encodeMemberData, decodeMemberData],
+  [10, 'tokenExpiring', encodeTokenExpiry('tokenExpiring'), decodeTokenExpiry('TokenExpiring')],
+  [11, 'tokenRefreshed', encodeTokenExpiry('tokenRefreshed'), decodeTokenExpiry('TokenRefreshed')],
 ];
 
 /** A oneof's bodies by field number. */

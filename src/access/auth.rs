@@ -235,6 +235,9 @@ pub struct Admission {
     pub data: Option<serde_json::Value>,
     /// The token's `share_sub` claim.
     pub share_sub: bool,
+    /// The token's `exp`, seconds since the Unix epoch: `None` on an open
+    /// server. The session ends at it unless refreshed (see [`refresh`]).
+    pub expires_at: Option<u64>,
 }
 
 /// Why a Join's token was refused. Each is counted under its
@@ -486,6 +489,7 @@ impl Verifier {
             start: claims.start,
             data: claims.data,
             share_sub: claims.share_sub,
+            expires_at: Some(claims.exp),
         })
     }
 
@@ -635,6 +639,7 @@ pub fn unix_now() -> u64 {
 }
 
 pub mod jwks;
+pub mod refresh;
 
 #[cfg(test)]
 mod tests;

@@ -28,9 +28,11 @@ pub const SUBPROTOCOL: &str = "amble.v1";
 /// The revision of `amble.v1` this server speaks, sent in every `Welcome`
 /// (docs/protocol.md, "Compatibility", lists what each added): 1 is the
 /// original schema; 2 added `Join.start`, member data and the server's
-/// version in `Welcome`. `web/codec.js` has the SDK's, checked against this
+/// version in `Welcome`; 3 added token expiry and refresh (`RefreshToken`,
+/// `TokenExpiring`, `TokenRefreshed`, `Welcome.token_expires_at_ms`,
+/// `TOKEN_EXPIRED`). `web/codec.js` has the SDK's, checked against this
 /// one through web/test/vectors.json.
-pub const PROTOCOL_REVISION: u32 = 2;
+pub const PROTOCOL_REVISION: u32 = 3;
 
 /// The server's release, sent in every `Welcome` as `server_version`.
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -139,6 +141,11 @@ pub enum Command {
         client_time_ms: u64,
     },
     Leave,
+    /// A fresh token for the member's session; empty when none was sent
+    /// (the gate refuses it as missing).
+    RefreshToken {
+        token: String,
+    },
 }
 
 /// Why a client frame was refused. Each maps to one [`ErrorCode`].
@@ -244,6 +251,9 @@ pub fn decode_client(frame: &[u8], rules: &Rules) -> Result<Command, DecodeError
             client_time_ms: ping.client_time_ms,
         }),
         Body::Leave(_) => Ok(Command::Leave),
+        Body::Refresh(refresh) => Ok(Command::RefreshToken {
+            token: refresh.token,
+        }),
     }
 }
 

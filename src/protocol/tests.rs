@@ -487,6 +487,49 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 snapshot: Some(snapshot.clone()),
                 server_version: "0.1.0".into(),
                 protocol_revision: 2,
+                token_expires_at_ms: 0,
+            })),
+        ),
+        server(
+            "welcome_token",
+            body(S::Welcome(pb::Welcome {
+                member_id: 4,
+                room: "lobby".into(),
+                limits: Some(limits),
+                snapshot: Some(snapshot.clone()),
+                server_version: "0.1.0".into(),
+                protocol_revision: 3,
+                token_expires_at_ms: 1_764_600_600_000,
+            })),
+        ),
+        client(
+            "refresh_token",
+            C::Refresh(pb::RefreshToken {
+                token: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1LTEiLCJleHAiOjE3NjQ2MDEyMDB9.c2ln".into(),
+            }),
+        ),
+        server(
+            "token_expiring",
+            body(S::TokenExpiring(pb::TokenExpiring {
+                expires_at_ms: 1_764_600_600_000,
+            })),
+        ),
+        server(
+            "token_refreshed",
+            body(S::TokenRefreshed(pb::TokenRefreshed {
+                expires_at_ms: 1_764_601_200_000,
+            })),
+        ),
+        server(
+            "token_refreshed_open",
+            body(S::TokenRefreshed(pb::TokenRefreshed { expires_at_ms: 0 })),
+        ),
+        server(
+            "error_token_expired",
+            body(S::Error(pb::Error {
+                code: ErrorCode::TokenExpired as i32,
+                message: "your token expired and was not refreshed: join again with a fresh one"
+                    .into(),
             })),
         ),
         server(
@@ -938,4 +981,19 @@ fn a_token_claim_wins_over_the_join_key_by_key() {
 fn member_data_encodes_in_key_order() {
     let d = data(&[("b", "2"), ("a", "1")]);
     assert_eq!(d.to_pb(), vec![entry("a", "1"), entry("b", "2")]);
+}
+
+#[test]
+fn decodes_a_refresh_token_as_sent_even_when_empty() {
+    for token in ["a.b.c", ""] {
+        let frame = encode_client(C::Refresh(pb::RefreshToken {
+            token: token.into(),
+        }));
+        assert_eq!(
+            decode_client(&frame, &rules()),
+            Ok(Command::RefreshToken {
+                token: token.into()
+            })
+        );
+    }
 }

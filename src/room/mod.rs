@@ -172,6 +172,9 @@ pub struct Arrival {
     pub claimed: Data,
     /// Whether the room may see `user` (the token's `share_sub` claim).
     pub share_user: bool,
+    /// When the member's token expires (`Welcome.token_expires_at_ms`), ms
+    /// since the Unix epoch; 0 without a token.
+    pub token_expires_at_ms: u64,
 }
 
 /// A room name, how many members it has and how many it takes, for
@@ -410,6 +413,7 @@ impl Rooms {
             data,
             claimed,
             share_user,
+            token_expires_at_ms,
         } = arrival;
         let room = handle.name();
         let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
@@ -460,6 +464,7 @@ impl Rooms {
             snapshot: Some(st.snapshot(now_ms)),
             server_version: crate::protocol::SERVER_VERSION.to_owned(),
             protocol_revision: crate::protocol::PROTOCOL_REVISION,
+            token_expires_at_ms,
         }));
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.

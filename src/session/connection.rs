@@ -2,7 +2,8 @@
 //! touches a socket.
 //!
 //! A connection is one task running one `select!` loop over the socket,
-//! its outbox, a deferred-move timer, keepalive and shutdown. Incoming
+//! its outbox, a deferred-move timer, its member's token expiry,
+//! keepalive and shutdown. Incoming
 //! frames are decoded and validated by `protocol`, paced by `throttle` and
 //! handed to `room`. Room frames do not pass through this task: the room
 //! writes them into the socket's [`Outbox`] itself, and this task only
@@ -23,6 +24,7 @@ use tungstenite::protocol::CloseFrame;
 
 use crate::access::addresses::Client;
 use crate::access::auth::data_claim;
+use crate::access::auth::refresh::{Expiry, NOTICE_LEAD};
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -48,6 +50,9 @@ pub mod close {
     /// connection, which replaced this one. Reconnecting would replace it
     /// back.
     pub const REPLACED: u16 = 4000;
+    /// Private use: the member's token expired and was not refreshed.
+    /// Joining again takes a fresh token.
+    pub const TOKEN_EXPIRED: u16 = 4003;
 }
 
 /// The upgraded connection under a WebSocket.
@@ -83,6 +88,8 @@ enum End {
     Refused { code: u16, reason: &'static str },
     /// A newer connection of the same user joined the room.
     Replaced,
+    /// The member's token expired (past the leeway) without a refresh.
+    TokenExpired,
 }
 
 impl End {
@@ -91,7 +98,7 @@ impl End {
             Self::Gone | Self::Stalled => LeaveReason::Disconnected,
             Self::Shutdown => LeaveReason::Shutdown,
             Self::Idle => LeaveReason::TimedOut,
-            Self::Refused { .. } => LeaveReason::Kicked,
+            Self::Refused { .. } | Self::TokenExpired => LeaveReason::Kicked,
             Self::Replaced => LeaveReason::Replaced,
         }
     }
@@ -103,6 +110,7 @@ impl End {
             Self::Idle => Some((close::NORMAL, "idle timeout")),
             Self::Refused { code, reason } => Some((*code, reason)),
             Self::Replaced => Some((close::REPLACED, "replaced by a newer connection")),
+            Self::TokenExpired => Some((close::TOKEN_EXPIRED, "token expired")),
         }
     }
 }
@@ -130,6 +138,16 @@ struct Asked {
     data: Data,
 }
 
+/// The member's token: when it runs out, and the one instant the loop's
+/// token timer waits for (the notice, then the end).
+struct TokenClock {
+    expiry: Expiry,
+    /// Whether `TokenExpiring` was sent for this expiry.
+    noticed: bool,
+    /// `expiry.notice_at_ms`, then `expiry.ends_at_ms`, as an instant.
+    due: Instant,
+}
+
 /// A move held back by the throttle until `at`.
 struct Deferred {
     motion: Motion,
@@ -147,6 +165,12 @@ struct Connection {
     data: Budget,
     /// Joins: each one snapshots a room and tells all its members.
     joins: Budget,
+    /// RefreshTokens: each one verifies a signature.
+    refreshes: Budget,
+    /// The member's token expiry; `None` without a member or a token.
+    token: Option<TokenClock>,
+    /// The member's user (its token's `sub`): a refresh must carry it.
+    user: Option<Arc<str>>,
     /// Refused inputs; a client that keeps sending bad ones is closed.
     strikes: Gcra,
     /// Client pings of every kind; `None` when `--pings-per-sec` is 0.
@@ -189,6 +213,9 @@ pub async fn run(
             config.flood_factor,
         ),
         joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
+        refreshes: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
+        token: None,
+        user: None,
         strikes: Gcra::new(Duration::from_secs(1), 20),
         pings: config
             .ping_interval()
@@ -265,6 +292,11 @@ impl Connection {
         let mut stall_armed = false;
         let stall = sleep_until(Instant::now());
         tokio::pin!(stall);
+        // The member's token: its notice, then its end (re-armed when a
+        // refresh moves it).
+        let mut token_armed: Option<Instant> = None;
+        let token_timer = sleep_until(Instant::now());
+        tokio::pin!(token_timer);
         let outbox = Arc::clone(&self.outbox);
         loop {
             let due = self.deferred.as_ref().map(|d| d.at);
@@ -273,6 +305,13 @@ impl Connection {
                     deferral.as_mut().reset(at);
                 }
                 armed = due;
+            }
+            let token_due = self.token.as_ref().map(|t| t.due);
+            if token_due != token_armed {
+                if let Some(at) = token_due {
+                    token_timer.as_mut().reset(at);
+                }
+                token_armed = token_due;
             }
             // The socket comes last: every branch before it is rare and
             // one-shot, and a client that keeps its socket busy must not
@@ -303,6 +342,10 @@ impl Connection {
                     armed = None;
                     self.apply_deferred().await;
                     Ok(())
+                }
+                () = &mut token_timer, if token_armed.is_some() => {
+                    token_armed = None;
+                    Box::pin(self.on_token_due()).await
                 }
                 _ = keepalive.tick() => {
                     let quiet = self.last_inbound.elapsed();
@@ -339,6 +382,9 @@ impl Connection {
         if matches!(end, End::Idle) {
             self.shared.metrics.timeouts.inc();
         }
+        if matches!(end, End::TokenExpired) {
+            self.shared.metrics.auth_expired.inc();
+        }
         let notice = match end {
             End::Shutdown => Some(encode_error(
                 ErrorCode::ShuttingDown,
@@ -347,6 +393,11 @@ impl Connection {
             End::Replaced => Some(encode_error(
                 ErrorCode::Replaced,
                 "you joined this room again from another connection, which replaced this one",
+            )),
+            End::TokenExpired => Some(encode_error(
+                ErrorCode::TokenExpired,
+                "your token expired and was not refreshed (RefreshToken): join again with a \
+                 fresh one",
             )),
             _ => None,
         };
@@ -561,9 +612,13 @@ impl Connection {
                     Verdict::Flood => self.flood("SetData").await,
                 }
             }
+            Command::RefreshToken { token } => Box::pin(self.refresh(token, now)).await,
             Command::Leave => match self.membership.take() {
                 Some(m) => {
                     self.deferred = None;
+                    // The token was the member's: out of the room, it ends nothing.
+                    self.token = None;
+                    self.user = None;
                     m.leave(LeaveReason::Left).await;
                     // Out of the room, no snapshot is owed for what it missed.
                     self.outbox.clear_lag();
@@ -585,7 +640,7 @@ impl Connection {
             data: asked_data,
         } = asked;
         let metrics = &self.shared.metrics;
-        let admission = self.shared.gate.admit(token, room).map_err(|refusal| {
+        let mut admission = self.shared.gate.admit(token, room).map_err(|refusal| {
             metrics.auth_refuse(refusal.reason());
             debug!(reason = refusal.reason(), "token refused");
             (refusal.code(), refusal.to_string())
@@ -632,7 +687,12 @@ impl Connection {
                 format!("invalid data: the Join's data and the token's data claim together: {err}"),
             )
         })?;
+        let token_expires_at_ms = admission
+            .expires_at
+            .take()
+            .map_or(0, |exp| exp.saturating_mul(1000));
         Ok(Arrival {
+            token_expires_at_ms,
             name,
             share_user: admission.share_sub && admission.user.is_some(),
             user: admission.user,
@@ -672,6 +732,9 @@ impl Connection {
             Ok(admitted) => admitted,
             Err((code, text)) => return self.refuse(code, text).await,
         };
+        let expires_at =
+            (arrival.token_expires_at_ms > 0).then_some(arrival.token_expires_at_ms / 1000);
+        let user = arrival.user.clone();
         if let Err(at) = self.shared.addresses.admit_join(&self.client, now) {
             let wait = at.saturating_duration_since(now).as_millis();
             let text = format!("too many joins from your address: try again in {wait} ms");
@@ -685,12 +748,86 @@ impl Connection {
                     .record("member", m.id().0);
                 debug!("joined");
                 self.membership = Some(m);
+                self.token = expires_at.map(|exp| self.token_clock(exp));
+                self.user = user;
                 Ok(())
             }
             Err(err @ JoinError::RoomFull { .. }) => {
                 self.refuse(ErrorCode::RoomFull, err.to_string()).await
             }
             Err(JoinError::ShuttingDown) => Err(End::Shutdown),
+        }
+    }
+
+    /// The token clock of a token whose `exp` is `exp_secs`: its notice
+    /// first.
+    fn token_clock(&self, exp_secs: u64) -> TokenClock {
+        let leeway = self.shared.config.auth.auth_leeway_secs;
+        let expiry = Expiry::new(exp_secs, leeway, NOTICE_LEAD);
+        TokenClock {
+            expiry,
+            noticed: false,
+            due: self.shared.clock.instant_at(expiry.notice_at_ms),
+        }
+    }
+
+    /// The token timer fired: `TokenExpiring` the first time, the end of
+    /// the session the second (no refresh came in between).
+    async fn on_token_due(&mut self) -> Result<(), End> {
+        let Some(clock) = &mut self.token else {
+            return Ok(());
+        };
+        if clock.noticed {
+            debug!("token expired without a refresh");
+            return Err(End::TokenExpired);
+        }
+        clock.noticed = true;
+        clock.due = self.shared.clock.instant_at(clock.expiry.ends_at_ms);
+        let expires_at_ms = clock.expiry.expires_at_ms;
+        debug!(expires_at_ms, "token expiring");
+        let notice = encode_server(Body::TokenExpiring(pb::TokenExpiring { expires_at_ms }));
+        self.send_frame(notice).await
+    }
+
+    /// A `RefreshToken`: a member's, within the refresh budget, verified as
+    /// a Join's token with the member's `sub` and room. Accepted, the
+    /// session ends at the new token's expiry; refused, nothing changes.
+    async fn refresh(&mut self, token: String, now: Instant) -> Result<(), End> {
+        let Some(m) = &self.membership else {
+            return self
+                .refuse(ErrorCode::NotJoined, "RefreshToken before Join")
+                .await;
+        };
+        let room = m.room().to_owned();
+        match self.refreshes.arrive(now) {
+            Verdict::Apply => {}
+            Verdict::Defer(at) => {
+                let wait = at.saturating_duration_since(now).as_millis();
+                let text = format!("refreshing too often: try again in {wait} ms");
+                return self.refuse(ErrorCode::RateLimited, text).await;
+            }
+            Verdict::Flood => return self.flood("token refreshes").await,
+        }
+        let metrics = &self.shared.metrics;
+        match self
+            .shared
+            .gate
+            .refresh(&token, self.user.as_deref(), &room)
+        {
+            Ok(exp) => {
+                metrics.auth_refreshed.inc();
+                self.token = exp.map(|exp| self.token_clock(exp));
+                let expires_at_ms = exp.map_or(0, |exp| exp.saturating_mul(1000));
+                debug!(expires_at_ms, "token refreshed");
+                let reply =
+                    encode_server(Body::TokenRefreshed(pb::TokenRefreshed { expires_at_ms }));
+                self.send_frame(reply).await
+            }
+            Err(refusal) => {
+                metrics.auth_refresh_refuse(refusal.reason());
+                debug!(reason = refusal.reason(), "token refresh refused");
+                self.refuse(refusal.code(), refusal.to_string()).await
+            }
         }
     }
 

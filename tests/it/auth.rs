@@ -639,3 +639,196 @@ async fn a_tokens_start_claim_places_the_member() {
     );
     server.stop().await;
 }
+
+// ------------------------------------------------ issue #18: expiry, refresh
+
+/// A server that requires HS256 tokens and tolerates no clock skew, so a
+/// token's session ends at its `exp`.
+async fn strict_server(files: &Files) -> TestServer {
+    let path = files.write("secret", SECRET);
+    TestServer::with(config(|c| {
+        c.auth.auth_hs256_secret_file = Some(path);
+        c.auth.auth_leeway_secs = 0;
+    }))
+    .await
+}
+
+/// Claims of `sub` expiring `secs` seconds from now.
+fn expiring(sub: &str, secs: u64) -> Claims {
+    Claims {
+        exp: unix_now() + secs,
+        ..claims(sub)
+    }
+}
+
+async fn send_refresh(c: &mut Client, token: &str) {
+    c.send(C::Refresh(pb::RefreshToken {
+        token: token.into(),
+    }))
+    .await;
+}
+
+/// The next `TokenExpiring`'s time.
+async fn expect_expiring(c: &mut Client) -> u64 {
+    match c.recv().await.body {
+        Some(S::TokenExpiring(t)) => t.expires_at_ms,
+        other => panic!("expected TokenExpiring, got {other:?}"),
+    }
+}
+
+/// The next `TokenRefreshed`'s time.
+async fn expect_refreshed(c: &mut Client) -> u64 {
+    match c.recv().await.body {
+        Some(S::TokenRefreshed(t)) => t.expires_at_ms,
+        other => panic!("expected TokenRefreshed, got {other:?}"),
+    }
+}
+
+/// The session of a member whose token expired ends: TOKEN_EXPIRED, 4003.
+async fn expect_expired(c: &mut Client) {
+    let text = c.expect_error(ErrorCode::TokenExpired).await;
+    assert!(text.contains("expired"), "{text}");
+    assert_eq!(c.expect_close().await, 4003);
+}
+
+#[tokio::test]
+async fn a_token_near_its_expiry_is_noticed_at_once_and_ends_the_session_at_it() {
+    let files = Files::new("expiry");
+    let server = strict_server(&files).await;
+    let mut bystander = server.client().await;
+    join_with(&mut bystander, "lobby", "B", &token(&claims("b"))).await;
+    let mut c = server.client().await;
+    let short = expiring("ada", 3);
+    let w = join_with(&mut c, "lobby", "Ada", &token(&short)).await;
+    assert_eq!(w.token_expires_at_ms, short.exp * 1000);
+    assert_eq!(w.protocol_revision, 3);
+    // Less than a minute left: told at once.
+    assert_eq!(expect_expiring(&mut c).await, short.exp * 1000);
+    // No refresh: at `exp` (no leeway here) the session ends.
+    expect_expired(&mut c).await;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    // Not before `exp` (give or take the server clock's rounding).
+    assert!(now_ms + 100 >= u128::from(short.exp) * 1000, "ended early");
+    let left = bystander
+        .until(|m| match &m.body {
+            Some(S::Left(l)) => Some(l.reason),
+            _ => None,
+        })
+        .await;
+    assert_eq!(left, LeaveReason::Kicked as i32);
+    assert_eq!(server.metric("amble_auth_expired_total").await, 1.0);
+    bystander.ping().await;
+}
+
+#[tokio::test]
+async fn a_refreshed_token_moves_the_end_and_the_session_outlives_the_old_one() {
+    let files = Files::new("refresh");
+    let server = strict_server(&files).await;
+    let mut c = server.client().await;
+    let short = expiring("ada", 2);
+    join_with(&mut c, "lobby", "Ada", &token(&short)).await;
+    expect_expiring(&mut c).await;
+    // A witness whose token ends a second after Ada's old one.
+    let mut witness = server.client().await;
+    join_with(&mut witness, "elsewhere", "W", &token(&expiring("w", 3))).await;
+    expect_expiring(&mut witness).await;
+
+    let fresh = claims("ada");
+    send_refresh(&mut c, &token(&fresh)).await;
+    assert_eq!(expect_refreshed(&mut c).await, fresh.exp * 1000);
+    assert_eq!(server.metric("amble_auth_refreshed_total").await, 1.0);
+
+    // Once the witness's later expiry has ended it, Ada's old one has
+    // passed too: her session goes on.
+    expect_expired(&mut witness).await;
+    c.ping().await;
+    assert_eq!(server.metric("amble_auth_expired_total").await, 1.0);
+}
+
+#[tokio::test]
+async fn a_refused_refresh_changes_nothing_and_says_why() {
+    let files = Files::new("refresh-refused");
+    let server = strict_server(&files).await;
+    let mut c = server.client().await;
+    let short = expiring("ada", 3);
+    join_with(&mut c, "lobby", "Ada", &token(&short)).await;
+    expect_expiring(&mut c).await;
+
+    // Another user's token: FORBIDDEN, and the message says so.
+    send_refresh(&mut c, &token(&claims("bob"))).await;
+    let text = c.expect_error(ErrorCode::Forbidden).await;
+    assert!(text.contains("same sub"), "{text}");
+    // A token that does not allow the member's room: FORBIDDEN.
+    let mut elsewhere = claims("ada");
+    elsewhere.rooms = Some(vec!["team-*".into()]);
+    send_refresh(&mut c, &token(&elsewhere)).await;
+    let text = c.expect_error(ErrorCode::Forbidden).await;
+    assert!(text.contains("room lobby"), "{text}");
+    // A bad signature: UNAUTHENTICATED.
+    let forged =
+        mint_hs256(b"some other secret, also 32 bytes long", &claims("ada")).expect("mint");
+    send_refresh(&mut c, &forged).await;
+    let text = c.expect_error(ErrorCode::Unauthenticated).await;
+    assert!(text.contains("signature"), "{text}");
+
+    // The old deadline holds.
+    expect_expired(&mut c).await;
+    let refused = |reason: &str| format!("amble_auth_refresh_refused_total{{reason=\"{reason}\"}}");
+    assert_eq!(server.metric(&refused("other_user")).await, 1.0);
+    assert_eq!(server.metric(&refused("forbidden")).await, 1.0);
+    assert_eq!(server.metric(&refused("bad_signature")).await, 1.0);
+    assert_eq!(server.metric("amble_auth_refreshed_total").await, 0.0);
+}
+
+#[tokio::test]
+async fn a_refresh_before_join_is_not_joined_and_an_open_server_takes_any() {
+    let files = Files::new("refresh-early");
+    let server = hs256_server(&files).await;
+    let mut c = server.client().await;
+    send_refresh(&mut c, &token(&claims("ada"))).await;
+    c.expect_error(ErrorCode::NotJoined).await;
+    // A long token: no notice at Join, its expiry in the Welcome.
+    let long = claims("ada");
+    let w = join_with(&mut c, "lobby", "Ada", &token(&long)).await;
+    assert_eq!(w.token_expires_at_ms, long.exp * 1000);
+    c.ping().await;
+
+    // Without keys: no expiry, and a refresh is a no-op answered with 0.
+    let open = TestServer::start().await;
+    let mut d = open.client().await;
+    let w = d.join("lobby", "Bo").await;
+    assert_eq!(w.token_expires_at_ms, 0);
+    send_refresh(&mut d, "anything").await;
+    assert_eq!(expect_refreshed(&mut d).await, 0);
+}
+
+#[tokio::test]
+async fn refreshes_have_a_budget_and_a_flood_closes_the_connection() {
+    let files = Files::new("refresh-flood");
+    let server = hs256_server(&files).await;
+    let mut c = server.client().await;
+    join_with(&mut c, "lobby", "Ada", &token(&claims("ada"))).await;
+    let fresh = token(&claims("ada"));
+    for _ in 0..200 {
+        send_refresh(&mut c, &fresh).await;
+    }
+    let (mut refreshed, mut limited) = (0, 0);
+    loop {
+        match c.recv().await.body {
+            Some(S::TokenRefreshed(_)) => refreshed += 1,
+            Some(S::Error(e)) if e.code == ErrorCode::RateLimited as i32 => {
+                assert!(e.message.contains("refreshing too often"), "{}", e.message);
+                limited += 1;
+            }
+            Some(S::Error(e)) if e.code == ErrorCode::Flood as i32 => break,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The burst (5) is taken, then refused, then the flood ends it.
+    assert!((5..=6).contains(&refreshed), "{refreshed} refreshed");
+    assert!(limited > 0);
+    assert_eq!(c.expect_close().await, 1008);
+}

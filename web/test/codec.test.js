@@ -63,10 +63,11 @@ test('the vectors cover every message body', () => {
     if (v.type === 'ServerMessage' && v.json.motion.length > 0) bodies[v.type].add('motion');
   }
   assert.deepEqual([...bodies.ClientMessage].sort(), [
-    'chat', 'join', 'leave', 'move', 'ping', 'setData',
+    'chat', 'join', 'leave', 'move', 'ping', 'refresh', 'setData',
   ]);
   assert.deepEqual([...bodies.ServerMessage].sort(), [
-    'chat', 'error', 'joined', 'left', 'memberData', 'motion', 'pong', 'resync', 'welcome',
+    'chat', 'error', 'joined', 'left', 'memberData', 'motion', 'pong', 'resync',
+    'tokenExpiring', 'tokenRefreshed', 'welcome',
   ]);
 });
 

@@ -8,22 +8,30 @@ import { AmbleClient, PROTOCOL_REVISION, State, VERSION, compatibility } from '.
 import { encodeServerMessage } from '../codec.js';
 
 test('a server at this revision or a newer one is fine', () => {
-  assert.equal(PROTOCOL_REVISION, 2);
-  assert.equal(compatibility(2, '0.1.0'), null);
-  assert.equal(compatibility(3, '9.0.0'), null);
+  assert.equal(PROTOCOL_REVISION, 3);
+  assert.equal(compatibility(3, '0.1.0'), null);
+  assert.equal(compatibility(4, '9.0.0'), null);
 });
 
-test('a server before revision 2 sends no revision: it reads as 1 and lacks what 2 added', () => {
+test('a server at revision 2 lacks only token refresh', () => {
+  assert.deepEqual(compatibility(2, '0.1.0').missing, ['token expiry notices and RefreshToken']);
+  assert.equal(compatibility(2, '0.1.0').sdkRevision, 3);
+});
+
+test('a server before revision 2 sends no revision: it reads as 1 and lacks what 2 and 3 added', () => {
   assert.deepEqual(compatibility(0, ''), {
     serverVersion: null,
     serverRevision: 1,
     sdkVersion: VERSION,
-    sdkRevision: 2,
-    missing: ['Join.start (where to appear)', 'member data', 'the server version in Welcome'],
+    sdkRevision: 3,
+    missing: [
+      'Join.start (where to appear)', 'member data', 'the server version in Welcome',
+      'token expiry notices and RefreshToken',
+    ],
     text:
-      "this amble server (a release before 0.1.0) speaks protocol revision 1, older than this SDK's 2 " +
+      "this amble server (a release before 0.1.0) speaks protocol revision 1, older than this SDK's 3 " +
       `(amble SDK ${VERSION}): it may not support Join.start (where to appear), member data, ` +
-      'the server version in Welcome. The SDK works on without them.',
+      'the server version in Welcome, token expiry notices and RefreshToken. The SDK works on without them.',
   });
   assert.equal(compatibility(1, '0.0.9').serverVersion, '0.0.9');
   assert.match(compatibility(1, '0.0.9').text, /^amble server 0\.0\.9 speaks protocol revision 1/);

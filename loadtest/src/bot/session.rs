@@ -344,7 +344,15 @@ impl<'a> Session<'a> {
                     );
                 }
                 Some(Body::Error(error)) => server_error = Some(Some(error.code)),
-                Some(Body::Welcome(_) | Body::Pong(_) | Body::MemberData(_)) | None => {}
+                // Bots join with tokens that outlive a run, if with any.
+                Some(
+                    Body::Welcome(_)
+                    | Body::Pong(_)
+                    | Body::MemberData(_)
+                    | Body::TokenExpiring(_)
+                    | Body::TokenRefreshed(_),
+                )
+                | None => {}
             }
         } else {
             server_error = Some(None);

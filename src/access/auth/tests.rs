@@ -77,6 +77,7 @@ fn admits_a_good_token_with_its_user_and_name() {
             start: None,
             data: None,
             share_sub: false,
+            expires_at: Some(c.exp),
         })
     );
     let refused = hs256().admit(&token, "lobby");
