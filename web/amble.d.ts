@@ -131,8 +131,12 @@ export interface AmbleClientOptions {
   reconnect?: Partial<ReconnectPolicy> | false;
   /** A signed token (JWT) sent in every Join. */
   token?: string;
-  /** Asked for a fresh token before every Join (so again on each reconnect). */
-  getToken?: (wanted: { room: string; name: string }) => string | Promise<string>;
+  /**
+   * Asked for a fresh token before every Join (so again on each reconnect), and with
+   * `refresh: true` when the server says the member's token is about to expire (sent as
+   * RefreshToken).
+   */
+  getToken?: (wanted: { room: string; name: string; refresh?: boolean }) => string | Promise<string>;
   /** The WebSocket class (the global one by default). */
   WebSocket?: WebSocketClass;
   /** A monotonic millisecond clock (performance.now by default). */
@@ -156,6 +160,19 @@ export interface ErrorInfo {
   refused: boolean;
   /** RATE_LIMITED: the wait the server named, or null. */
   retryInMs?: number | null;
+  /** True when it is about a token refresh (refused, or getToken failing): the room stays. */
+  refresh?: boolean;
+}
+
+/** The server's TokenExpiring: `refreshing` when getToken is being asked for a fresh token. */
+export interface TokenExpiringInfo {
+  expiresAtMs: number;
+  refreshing: boolean;
+}
+
+/** The server took a refreshed token: the session ends at `expiresAtMs` now (0: never). */
+export interface TokenRefreshedInfo {
+  expiresAtMs: number;
 }
 
 export interface CloseInfo {
@@ -205,6 +222,8 @@ export interface AmbleEvents {
   error: (info: ErrorInfo) => void;
   closed: (info: CloseInfo) => void;
   compatibility: (info: Compatibility) => void;
+  tokenExpiring: (info: TokenExpiringInfo) => void;
+  tokenRefreshed: (info: TokenRefreshedInfo) => void;
 }
 
 /** The counters in `client.stats`, all measured. */
@@ -248,6 +267,8 @@ export declare class AmbleClient {
   /** The server's release and protocol revision, from its newest Welcome; null before. */
   readonly serverVersion: string | null;
   readonly serverRevision: number | null;
+  /** When the member's token expires (ms since the epoch, server time); null without one. */
+  readonly tokenExpiresAtMs: number | null;
   walkSpeed: number;
   token: string | null;
   getToken: AmbleClientOptions['getToken'] | null;

@@ -317,6 +317,8 @@ export function explainError(code, serverMessage = '') {
       return 'You joined this room from another tab or device, so this one was disconnected.';
     case ErrorCode.INVALID_DATA:
       return `That can't be set${serverMessage ? ` (${serverMessage})` : ''}.`;
+    case ErrorCode.TOKEN_EXPIRED:
+      return 'Your sign-in expired before it was renewed.';
     default:
       return serverMessage || `Server error ${code}.`;
   }
@@ -341,6 +343,8 @@ export function retryAfterMs(serverMessage) {
 
 /** Close code of a connection replaced by a newer one of the same user. */
 const CLOSE_REPLACED = 4000;
+/** Close code of a session whose token expired unrefreshed (TOKEN_EXPIRED). */
+const CLOSE_TOKEN_EXPIRED = 4003;
 
 /** Close codes after which retrying would only repeat the offence (or, for
  * 4000, take the room back from your own newer tab). */
@@ -414,6 +418,11 @@ function serverUrls(options) {
  * - `closed` ({ code, reason, error, willReconnect, retryInMs, url, nextUrl, text })
  * - `compatibility` ({ serverVersion, serverRevision, sdkVersion, sdkRevision, missing, text })
  *   — once per server release: it speaks an older protocol revision than this SDK
+ * - `tokenExpiring` ({ expiresAtMs, refreshing }) — the server says your token
+ *   expires at expiresAtMs; `refreshing` when getToken is being asked for a
+ *   fresh one (sent as RefreshToken)
+ * - `tokenRefreshed` ({ expiresAtMs }) — the server took the fresh token
+ *   (expiresAtMs 0: a server without keys, nothing expires)
  */
 export class AmbleClient {
   constructor(options = {}) {
@@ -435,8 +444,10 @@ export class AmbleClient {
     /**
      * A signed token for Join (`token`), or an async function that returns
      * one (`getToken({ room, name })`), called before every Join, so again on
-     * each reconnect: tokens expire. Only needed when the server requires
-     * tokens; see docs/client.md, "Tokens".
+     * each reconnect: tokens expire. Asked too, as `getToken({ room, name,
+     * refresh: true })`, when the server says the member's token is about to
+     * expire: the answer goes out as RefreshToken. Only needed when the
+     * server requires tokens; see docs/client.md, "Tokens".
      */
     this.token = options.token ?? null;
     this.getToken = options.getToken ?? null;
@@ -469,6 +480,8 @@ export class AmbleClient {
     /** The server's release and protocol revision, from its newest Welcome; null before. */
     this.serverVersion = null;
     this.serverRevision = null;
+    /** When the member's token expires (ms since the epoch, server time): null without one. */
+    this.tokenExpiresAtMs = null;
     this.warnedServers = new Set(); // `${version}/${revision}` already warned about
     /** The last Error the server sent, and the last close. */
     this.lastError = null;
@@ -704,11 +717,15 @@ export class AmbleClient {
     this.stopTimers();
     const error = this.lastError;
     const code = ev.code ?? 1006;
+    // An expired token: worth a reconnect only with getToken to ask for a
+    // fresh one (a fixed token would be refused at once).
+    const expired = code === CLOSE_TOKEN_EXPIRED || error?.code === ErrorCode.TOKEN_EXPIRED;
     const retry =
       this.active &&
       this.reconnect !== null &&
       !NO_RETRY_CLOSE_CODES.has(code) &&
-      !(error && NO_RETRY_ERRORS.has(error.code));
+      !(error && !error.refresh && NO_RETRY_ERRORS.has(error.code)) &&
+      !(expired && this.getToken === null);
     const retryInMs = retry ? backoffDelay(this.attempt, this.reconnect, this.random) : null;
     const url = this.url;
     // Each retry goes to the next server in the list (the same one when there is one).
@@ -768,6 +785,7 @@ export class AmbleClient {
     this.room = null;
     this.pending = null;
     this.lastSentStand = null;
+    this.tokenExpiresAtMs = null;
   }
 
   // -------------------------------------------------------------- sending
@@ -815,6 +833,56 @@ export class AmbleClient {
         if (current()) this.tokenFailed(err);
       },
     );
+  }
+
+  /**
+   * TokenExpiring: with getToken, ask it for a fresh token and send it as
+   * RefreshToken (for this socket and room only). Without, the app is told
+   * and the session ends at the expiry.
+   */
+  onTokenExpiring(t) {
+    if (this.state !== State.JOINED || !this.wanted) return;
+    this.tokenExpiresAtMs = t.expiresAtMs || null;
+    const refreshing = this.getToken !== null;
+    this.emit('tokenExpiring', { expiresAtMs: t.expiresAtMs, refreshing });
+    if (!refreshing) return;
+    const ws = this.ws;
+    const wanted = this.wanted;
+    const current = () => ws === this.ws && wanted === this.wanted && this.state === State.JOINED;
+    let asked;
+    try {
+      asked = Promise.resolve(this.getToken({ room: wanted.room, name: wanted.name, refresh: true }));
+    } catch (err) {
+      asked = Promise.reject(err);
+    }
+    const failed = (err) => {
+      // The room stays until the server ends the session at the expiry.
+      const info = {
+        code: null,
+        message: err?.message ?? String(err),
+        text: 'Could not renew the sign-in token; this session ends when it expires.',
+        refused: false,
+        refresh: true,
+      };
+      this.lastError = info;
+      this.emit('error', info);
+    };
+    asked.then(
+      (token) => {
+        if (!current()) return;
+        if (typeof token !== 'string' || token === '') failed(new TypeError('getToken must resolve to a token string'));
+        else this.send({ refresh: { token } });
+      },
+      (err) => {
+        if (current()) failed(err);
+      },
+    );
+  }
+
+  onTokenRefreshed(t) {
+    if (this.state !== State.JOINED) return;
+    this.tokenExpiresAtMs = t.expiresAtMs || null;
+    this.emit('tokenRefreshed', { expiresAtMs: t.expiresAtMs });
   }
 
   /** getToken failed: the join is given up (no retry loop), the socket stays. */
@@ -1036,6 +1104,8 @@ export class AmbleClient {
     else if (msg.error) this.onError(msg.error);
     else if (msg.resync) this.onResync(msg.resync);
     else if (msg.memberData) this.onMemberData(msg.memberData);
+    else if (msg.tokenExpiring) this.onTokenExpiring(msg.tokenExpiring);
+    else if (msg.tokenRefreshed) this.onTokenRefreshed(msg.tokenRefreshed);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
 
@@ -1052,6 +1122,7 @@ export class AmbleClient {
     if (snapshot.serverTimeMs > 0) this.clock.rough(snapshot.serverTimeMs, localNow);
     this.memberId = w.memberId;
     this.room = w.room;
+    this.tokenExpiresAtMs = w.tokenExpiresAtMs || null;
     this.replaceMembers(snapshot.members, this.members.size > 0);
     this.me = this.members.get(w.memberId) ?? null;
     if (!this.me) {
@@ -1201,6 +1272,11 @@ export class AmbleClient {
         this.chatTokensAt = this.now();
       }
     }
+    // Joined, a refused token is a RefreshToken's: the session goes on
+    // (to the old expiry), and a later drop is still retried.
+    if ((e.code === ErrorCode.UNAUTHENTICATED || e.code === ErrorCode.FORBIDDEN) && this.state === State.JOINED) {
+      info.refresh = true;
+    }
     this.lastError = info;
     if (REFUSALS.has(e.code) && this.state === State.JOINING) {
       // Refused: not worth retrying by itself; the socket stays open.
@@ -1266,6 +1342,7 @@ function closeReason(code, error, opened) {
   if (code === 1001) return 'The server went away.';
   if (code === 1013) return 'The server is busy.';
   if (code === CLOSE_REPLACED) return explainError(ErrorCode.REPLACED);
+  if (code === CLOSE_TOKEN_EXPIRED) return explainError(ErrorCode.TOKEN_EXPIRED);
   if (code === 1000) return 'The server closed the connection.';
   return 'The connection was lost.';
 }

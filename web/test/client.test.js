@@ -155,7 +155,10 @@ function setup(options = {}) {
     ...options,
   });
   const events = [];
-  for (const type of ['state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data']) {
+  for (const type of [
+    'state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data',
+    'tokenExpiring', 'tokenRefreshed',
+  ]) {
     client.on(type, (...args) => events.push([type, ...args]));
   }
   const last = () => sockets[sockets.length - 1];
@@ -732,6 +735,121 @@ test('replaced by your own newer connection (REPLACED, close 4000): closed, not 
   time.advance(120_000);
   assert.equal(sockets.length, 1);
   assert.equal(LeaveReason.REPLACED, 6);
+});
+
+// Issue #18: the server says a token expires; getToken renews it.
+const EXP = EPOCH + 600_000;
+
+test('TokenExpiring with getToken: asked with refresh: true, sent as RefreshToken; TokenRefreshed moves the expiry', async () => {
+  const asked = [];
+  let n = 0;
+  const { client, last, of } = setup({
+    getToken: async (wanted) => {
+      asked.push(wanted);
+      n += 1;
+      return `token-${n}`;
+    },
+  });
+  client.join('lobby', 'Me');
+  last().open();
+  await settle();
+  last().receive({ welcome: { ...welcome(1, [wire(1, 'Me', 2500, 2500)]).welcome, protocolRevision: 3, tokenExpiresAtMs: EXP } });
+  assert.equal(client.tokenExpiresAtMs, EXP);
+
+  last().receive({ tokenExpiring: { expiresAtMs: EXP } });
+  assert.deepEqual(of('tokenExpiring').map((e) => e[1]), [{ expiresAtMs: EXP, refreshing: true }]);
+  await settle();
+  assert.deepEqual(asked, [
+    { room: 'lobby', name: 'Me' },
+    { room: 'lobby', name: 'Me', refresh: true },
+  ]);
+  assert.deepEqual(last().sentOf('refresh'), [{ token: 'token-2' }]);
+  assert.equal(client.state, State.JOINED);
+
+  last().receive({ tokenRefreshed: { expiresAtMs: EXP + 600_000 } });
+  assert.deepEqual(of('tokenRefreshed').map((e) => e[1]), [{ expiresAtMs: EXP + 600_000 }]);
+  assert.equal(client.tokenExpiresAtMs, EXP + 600_000);
+  // A server without keys answers 0: nothing expires.
+  last().receive({ tokenRefreshed: { expiresAtMs: 0 } });
+  assert.equal(client.tokenExpiresAtMs, null);
+});
+
+test('a refresh token that arrives after the socket dropped is not sent; a failing getToken keeps the room', async () => {
+  const first = joined({ getToken: async () => 'fresh' });
+  await settle(); // the Join's token
+  const dropped = first.last();
+  dropped.receive({ tokenExpiring: { expiresAtMs: EXP } });
+  dropped.drop(1006);
+  await settle();
+  assert.deepEqual(dropped.sentOf('refresh'), []);
+
+  const { client, last, of } = joined({
+    getToken: async ({ refresh }) => {
+      if (refresh) throw new Error('backend down');
+      return 'for-the-join';
+    },
+  });
+  await settle();
+  last().receive({ tokenExpiring: { expiresAtMs: EXP } });
+  await settle();
+  const [[, err]] = of('error');
+  assert.equal(err.refresh, true);
+  assert.equal(err.refused, false);
+  assert.match(err.message, /backend down/);
+  assert.match(err.text, /renew the sign-in token/);
+  assert.equal(client.state, State.JOINED);
+  assert.deepEqual(last().sentOf('refresh'), []);
+});
+
+test('a refused refresh (FORBIDDEN) keeps the room, and a later drop is still retried', () => {
+  const { client, last, of } = joined({ getToken: async () => 'fresh' });
+  last().receive({ error: { code: ErrorCode.FORBIDDEN, message: 'token refresh refused: the token is for another user' } });
+  assert.equal(client.state, State.JOINED);
+  const [[, err]] = of('error');
+  assert.equal(err.refused, false);
+  assert.equal(err.refresh, true);
+  last().drop(1006);
+  assert.equal(of('closed')[0][1].willReconnect, true);
+});
+
+test('TOKEN_EXPIRED and close 4003 with getToken: reconnects and joins with a fresh token', async () => {
+  let n = 0;
+  const { client, last, of, time, sockets } = setup({ getToken: async () => `token-${++n}` });
+  client.join('lobby', 'Me');
+  last().open();
+  await settle();
+  last().receive(welcome(1, [wire(1, 'Me', 2500, 2500)]));
+  last().receive({ error: { code: ErrorCode.TOKEN_EXPIRED, message: 'your token expired and was not refreshed' } });
+  last().drop(4003, 'token expired');
+  const [[, closed]] = of('closed');
+  assert.equal(closed.willReconnect, true);
+  assert.match(closed.text, /^Your sign-in expired before it was renewed\. Reconnecting in /);
+  assert.equal(client.tokenExpiresAtMs, null);
+  time.advance(time.pending()[0]);
+  assert.equal(sockets.length, 2);
+  last().open();
+  await settle();
+  assert.deepEqual(last().sentOf('join').map((j) => j.token), ['token-2']);
+});
+
+test('TOKEN_EXPIRED and close 4003 with a fixed token: closed for good, saying why', () => {
+  const { client, last, of, time, sockets } = joined({ token: 't' });
+  last().receive({ tokenExpiring: { expiresAtMs: EXP } });
+  assert.deepEqual(of('tokenExpiring').map((e) => e[1]), [{ expiresAtMs: EXP, refreshing: false }]);
+  assert.deepEqual(last().sentOf('refresh'), []);
+  last().receive({ error: { code: ErrorCode.TOKEN_EXPIRED, message: 'your token expired' } });
+  last().drop(4003, 'token expired');
+  const [[, closed]] = of('closed');
+  assert.equal(closed.willReconnect, false);
+  assert.equal(closed.text, 'Your sign-in expired before it was renewed.');
+  assert.equal(client.state, State.CLOSED);
+  time.advance(120_000);
+  assert.equal(sockets.length, 1);
+  // A close 4003 alone (the Error lost) says the same.
+  const other = joined({ token: 't' });
+  other.last().drop(4003, 'token expired');
+  assert.equal(other.of('closed')[0][1].text, 'Your sign-in expired before it was renewed.');
+  assert.equal(other.of('closed')[0][1].willReconnect, false);
 });
 
 test('with a token the name may be left to its name claim', () => {

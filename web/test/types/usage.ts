@@ -29,7 +29,7 @@ const client = new AmbleClient({
   url: ['ws://127.0.0.1:3000/ws', 'ws://127.0.0.1:3001/ws'],
   WebSocket, // the browser's (lib "dom")
   reconnect: { maxDelayMs: 5000 },
-  getToken: async ({ room }) => `token-for-${room}`,
+  getToken: async ({ room, refresh }) => `token-for-${room}${refresh ? '-renewed' : ''}`,
   warn: (text) => console.info(text),
 });
 const stop: () => void = client.on('welcome', ({ me, members, limits, rejoined }) => {
@@ -46,6 +46,8 @@ client.on('error', ({ code, refused, text }) => code === ErrorCode.ROOM_FULL && 
 client.on('closed', (info: CloseInfo) => info.willReconnect && info.nextUrl);
 client.on('compatibility', (info: Compatibility) => console.warn(info.text, info.missing.join(', ')));
 client.on('data', (member, previous) => member.data.status !== previous.status && member.user);
+client.on('tokenExpiring', ({ expiresAtMs, refreshing }) => refreshing || expiresAtMs - client.serverNow());
+client.on('tokenRefreshed', ({ expiresAtMs }) => expiresAtMs === client.tokenExpiresAtMs);
 client.join('lobby', 'Ada', { start: { x: 2500, y: 2500 }, data: { colour: '#e4572e' } }).connect();
 const dataSent: boolean = client.setData({ status: 'busy', colour: null });
 console.log(dataSent, client.reconnectNow());
