@@ -289,6 +289,23 @@ async fn the_documented_nats_configuration_runs_a_cluster_and_refuses_the_rest()
     })
     .await;
 
+    // Each node counts the other's member: the room counts are a request
+    // answered on the asker's inbox (allow_responses).
+    for node in &nodes {
+        poll(SETTLE, "/api/rooms to count both members", || async {
+            let (_, body) = node.get("/api/rooms").await;
+            let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+            let vault = json["rooms"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["name"] == "vault")
+                .and_then(|r| r["members"].as_u64());
+            if vault == Some(2) { Ok(()) } else { Err(body) }
+        })
+        .await;
+    }
+
     // Both nodes are their own users.
     let (status, body) = http_get(nats.monitor.parse().expect("an address"), "/connz?auth=1").await;
     assert!(status.contains(" 200"), "{status}");
