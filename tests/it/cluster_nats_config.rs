@@ -306,6 +306,13 @@ async fn the_documented_nats_configuration_runs_a_cluster_and_refuses_the_rest()
         .await;
     }
 
+    // Nothing the nodes did was refused (a second answer to one request
+    // would be, under allow_responses).
+    for node in &nodes {
+        let refused = node.log().matching("Violation");
+        assert!(refused.is_empty(), "{refused:#?}");
+    }
+
     // Both nodes are their own users.
     let (status, body) = http_get(nats.monitor.parse().expect("an address"), "/connz?auth=1").await;
     assert!(status.contains(" 200"), "{status}");
