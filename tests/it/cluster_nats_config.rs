@@ -257,7 +257,7 @@ async fn the_documented_nats_configuration_runs_a_cluster_and_refuses_the_rest()
         let want = format!("cluster amble-{n}: connected, 1 peer");
         poll(SETTLE, &want, || async {
             let (_, lines) = node.healthz().await;
-            if lines.iter().any(|l| *l == want) {
+            if lines.contains(&want) {
                 Ok(())
             } else {
                 Err(format!("{lines:?}"))
@@ -329,9 +329,7 @@ async fn the_documented_nats_configuration_runs_a_cluster_and_refuses_the_rest()
     // A client without a password (TLS and its certificate in order).
     let tls = root.join("amble-1/tls");
     let refused = nats_client(&nats, &tls, "amble-1", None).await;
-    let err = refused
-        .err()
-        .expect("a client without a password is refused");
+    let err = refused.expect_err("a client without a password is refused");
     assert_eq!(
         err.kind(),
         async_nats::ConnectErrorKind::AuthorizationViolation,
