@@ -99,7 +99,7 @@ async fn compose_demo_on_two_nodes_survives_kills_restarts_and_partitions() {
 
     within(Duration::from_secs(600), "the compose demo", async {
         up_turns_healthy(&project, &mut t).await;
-        nats_wants_a_password_and_each_node_has_its_user(&project).await;
+        nats_wants_a_password_and_each_node_has_its_user(&project, &mut t).await;
         let (ada, bo) = two_pages_see_each_other_walk_and_chat(&browser, &project).await;
         a_killed_node_drops_its_members_and_its_page_comes_back(&project, &mut t, &ada, &bo).await;
         the_bots_walk_on_both_nodes_and_both_pages_see_them(&project, &ada, &bo).await;
@@ -242,7 +242,7 @@ async fn up_turns_healthy(project: &Project, t: &mut Timings) {
 /// NATS's client port is not published, so the test speaks to it at the
 /// container's address on the project's `nats` network, which a Linux host
 /// reaches through the network's bridge.
-async fn nats_wants_a_password_and_each_node_has_its_user(project: &Project) {
+async fn nats_wants_a_password_and_each_node_has_its_user(project: &Project, t: &mut Timings) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
     let id = project.container(Service::Nats).await;
@@ -300,6 +300,14 @@ async fn nats_wants_a_password_and_each_node_has_its_user(project: &Project) {
         .collect();
     users.sort_unstable();
     assert_eq!(users, ["amble-1", "amble-2"], "{body}");
+    t.record(format!(
+        "nats: a client without a password at {ip}:4222 is refused ({}); the nodes are users {}",
+        answer
+            .lines()
+            .find(|l| l.starts_with("-ERR"))
+            .unwrap_or_default(),
+        users.join(" and ")
+    ));
 }
 
 // ------------------------------------------------------------------ pages
