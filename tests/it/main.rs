@@ -7,6 +7,7 @@ mod binary;
 mod chaos;
 mod client_input;
 mod cluster;
+mod cluster_nats_config;
 mod cluster_support;
 mod data;
 mod handshake;
