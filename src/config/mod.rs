@@ -444,6 +444,8 @@ mod tests {
                 "auth-issuer",
                 "auth-leeway-secs",
                 "auth-jwks-file",
+                "auth-jwks-url",
+                "auth-jwks-refresh-secs",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();
