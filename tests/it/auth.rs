@@ -10,6 +10,9 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
+use crate::jwks_server::{
+    JwksServer, Serve, ed25519_jwk, eddsa_token, key_set, rs256_token, rsa_jwk,
+};
 use crate::support::*;
 
 const SECRET: &[u8] = b"integration-test-secret-of-more-than-32-bytes";
@@ -484,6 +487,129 @@ async fn a_token_signed_with_a_key_of_the_key_set_joins() {
     let welcome = join_with(&mut c, "lobby", "Ada", &sign("2026-12")).await;
     assert_eq!(names(&welcome), ["Ada"]);
     server.stop().await;
+}
+
+/// Issue #19: keys from an identity provider's URL (`--auth-jwks-url`)
+/// rotate without a restart. The provider swaps key A (RS256) for key B
+/// (EdDSA): a token by B joins at once, through the fetch its unknown
+/// `kid` asks for; a token by A is then refused, without another fetch
+/// (one per 30 s at most).
+#[tokio::test]
+async fn a_key_set_url_rotates_keys_through_an_unknown_kid() {
+    let provider = JwksServer::start(Serve::Keys(key_set(&[rsa_jwk("key-a")]))).await;
+    let url = provider.url();
+    let server = TestServer::with(config(|c| c.auth.auth_jwks_url = Some(url))).await;
+    assert_eq!(server.metric("amble_auth_jwks_fetches_total").await, 1.0);
+    assert_eq!(server.metric("amble_auth_jwks_keys").await, 1.0);
+    let mut a = server.client().await;
+    let welcome = join_with(&mut a, "lobby", "", &rs256_token("key-a", "Ana")).await;
+    assert_eq!(names(&welcome), ["Ana"]);
+
+    provider.serve(Serve::Keys(key_set(&[ed25519_jwk("key-b")])));
+    let mut b = server.client().await;
+    let welcome = join_with(&mut b, "lobby", "", &eddsa_token("key-b", "Bo")).await;
+    assert_eq!(names(&welcome), ["Ana", "Bo"]);
+    assert_eq!(provider.requests(), 2);
+    assert_eq!(server.metric("amble_auth_jwks_fetches_total").await, 2.0);
+
+    let mut c = server.client().await;
+    send_join(&mut c, "lobby", "", &rs256_token("key-a", "Cy")).await;
+    let text = c.expect_error(ErrorCode::Unauthenticated).await;
+    assert!(text.contains("kid"), "{text}");
+    assert_eq!(refused(&server, "unknown_key").await, 1.0);
+    assert_eq!(provider.requests(), 2, "no second fetch within 30 s");
+    // The member admitted with key A stays: tokens are checked on Join.
+    a.ping().await;
+    server.stop().await;
+}
+
+/// Issue #19: the key set is fetched again every refresh interval; a
+/// provider that fails (a 500, garbage, a stall) leaves the last good set
+/// in use, and each failure is counted by reason in /metrics.
+#[tokio::test]
+async fn a_failing_key_set_url_keeps_the_last_good_set() {
+    let provider = JwksServer::start(Serve::Keys(key_set(&[rsa_jwk("key-a")]))).await;
+    let url = provider.url();
+    // One second (the flag takes 10 at least): every fetch in this test
+    // comes from the refresh, none from a token.
+    let server = TestServer::with(config(|c| {
+        c.auth.auth_jwks_url = Some(url);
+        c.auth.auth_jwks_refresh_secs = 1;
+    }))
+    .await;
+    // A rotation picked up by the refresh alone.
+    provider.serve(Serve::Keys(key_set(&[ed25519_jwk("key-b")])));
+    let n = provider.requests();
+    provider.until_requests(n + 2, WAIT).await;
+    assert!(server.metric("amble_auth_jwks_fetches_total").await >= 2.0);
+
+    let failures = [
+        (Serve::Status(500), "status", WAIT),
+        (Serve::Garbage, "json", WAIT),
+        // A stall ends at amble's 10 s fetch timeout.
+        (Serve::Stall, "timeout", WAIT * 3),
+    ];
+    for (i, (serve, reason, limit)) in failures.into_iter().enumerate() {
+        provider.serve(serve);
+        let n = provider.requests();
+        // The failing request, then the retry amble makes after counting it.
+        provider.until_requests(n + 2, limit).await;
+        let series = format!("amble_auth_jwks_fetch_failures_total{{reason=\"{reason}\"}}");
+        assert!(server.metric(&series).await >= 1.0, "{series}");
+        let mut c = server.client().await;
+        let user = format!("user-{i}");
+        let welcome = join_with(
+            &mut c,
+            &format!("room-{i}"),
+            "",
+            &eddsa_token("key-b", &user),
+        )
+        .await;
+        assert_eq!(names(&welcome), [user]);
+    }
+    assert_eq!(server.metric("amble_auth_jwks_keys").await, 1.0);
+    server.stop().await;
+}
+
+/// Issue #19: amble does not start without a first key set, and refuses a
+/// plain-http URL to another machine; both errors name the flag and say
+/// why.
+#[tokio::test]
+async fn a_key_set_url_that_cannot_be_used_stops_the_start() {
+    let provider = JwksServer::start(Serve::Status(404)).await;
+    let cases = [
+        (provider.url(), "HTTP status 404"),
+        (
+            "http://id.example.com/jwks.json".to_owned(),
+            "plain http is accepted only for a loopback host",
+        ),
+    ];
+    for (url, says) in cases {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let config = config(|c| c.auth.auth_jwks_url = Some(url.clone()));
+        let err = within("serve to fail", amble::serve(listener, config, async {}))
+            .await
+            .expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("--auth-jwks-url {url}: ")),
+            "{text}"
+        );
+        assert!(text.contains(says), "{text}");
+    }
+    // With another key source: clap refuses the pair.
+    let out = amble(&[
+        "--auth-jwks-url",
+        &provider.url(),
+        "--auth-public-key-file",
+        "/nonexistent.pem",
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
 }
 
 /// The ```LANG block of docs/client.md's "## Tokens" section that contains

@@ -10,6 +10,7 @@ mod cluster;
 mod cluster_support;
 mod handshake;
 mod http;
+mod jwks_server;
 mod lifecycle;
 mod movement;
 mod node_sdk;
