@@ -10,6 +10,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
+use crate::cluster_support::{Nats, Node, has_peers};
 use crate::jwks_server::{
     JwksServer, Serve, ed25519_jwk, eddsa_token, key_set, rs256_token, rsa_jwk,
 };
@@ -569,6 +570,43 @@ async fn a_failing_key_set_url_keeps_the_last_good_set() {
     }
     assert_eq!(server.metric("amble_auth_jwks_keys").await, 1.0);
     server.stop().await;
+}
+
+/// Issue #19: both nodes of a cluster, pointed at the same provider, take
+/// its new key once it rotates, and both refuse the old one.
+#[tokio::test]
+async fn both_nodes_of_a_cluster_take_a_rotated_key() {
+    let provider = JwksServer::start(Serve::Keys(key_set(&[rsa_jwk("key-a")]))).await;
+    let url = provider.url();
+    let nats = Nats::start().await;
+    let args = ["--auth-jwks-url", url.as_str()];
+    let n1 = Node::start(&nats, 1, &args).await;
+    let n2 = Node::start(&nats, 2, &args).await;
+    has_peers(&n1, 1).await;
+    has_peers(&n2, 1).await;
+    let mut ada = Client::connect(&n1.ws_url()).await;
+    join_with(&mut ada, "plaza", "", &rs256_token("key-a", "Ada")).await;
+
+    provider.serve(Serve::Keys(key_set(&[ed25519_jwk("key-b")])));
+    let mut bo = Client::connect(&n2.ws_url()).await;
+    let welcome = join_with(&mut bo, "plaza", "", &eddsa_token("key-b", "Bo")).await;
+    assert_eq!(names(&welcome), ["Ada", "Bo"], "Bo on n2 sees Ada on n1");
+    let mut cy = Client::connect(&n1.ws_url()).await;
+    let welcome = join_with(&mut cy, "plaza", "", &eddsa_token("key-b", "Cy")).await;
+    assert!(names(&welcome).contains(&"Cy".to_owned()));
+
+    for node in [&n1, &n2] {
+        let mut eve = Client::connect(&node.ws_url()).await;
+        send_join(&mut eve, "plaza", "", &rs256_token("key-a", "Eve")).await;
+        eve.expect_error(ErrorCode::Unauthenticated).await;
+        let fetches = node.metric("amble_auth_jwks_fetches_total").await;
+        assert_eq!(fetches, Some(2.0), "{}: at start and for key-b", node.name);
+        let refused = node
+            .metric("amble_auth_refused_total{reason=\"unknown_key\"}")
+            .await;
+        assert_eq!(refused, Some(1.0), "{}", node.name);
+    }
+    assert_eq!(provider.requests(), 4);
 }
 
 /// Issue #19: amble does not start without a first key set, and refuses a
