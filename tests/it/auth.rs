@@ -718,6 +718,73 @@ async fn the_docs_token_examples_mint_tokens_amble_accepts_for_a_binary_secret()
     server.stop().await;
 }
 
+/// Issue #19: docs/client.md's RS256 and EdDSA examples, in Node and in
+/// Python, run as written with an RSA and an Ed25519 key: the key sets they
+/// print, served at a `--auth-jwks-url`, admit the tokens they mint.
+#[tokio::test]
+async fn the_docs_key_pair_examples_mint_tokens_their_key_sets_admit() {
+    let files = Files::new("key-pairs");
+    let node = token_example("js", "createPrivateKey");
+    let python = token_example("python", "load_pem_private_key");
+    let mut keys = Vec::new();
+    let mut tokens = Vec::new();
+    for (key, short) in [("rsa-private.pem", "rsa"), ("ed25519-private.pem", "ed")] {
+        let pem = files.write(key, &self::key(key));
+        let pem = pem.to_str().expect("utf-8 path");
+        for (program, script, ext) in [
+            (
+                "node",
+                node.clone()
+                    + "\nconsole.log(JSON.stringify(ambleJwks()));\n\
+                       console.log(ambleSignedToken('USER', 'USER', ['team-*']));\n",
+                "mjs",
+            ),
+            (
+                "/usr/bin/python3",
+                python.clone()
+                    + "\nprint(json.dumps(amble_jwks()))\n\
+                       print(amble_signed_token('USER', 'USER', ['team-*']))\n",
+                "py",
+            ),
+        ] {
+            let user = format!("{}-{short}", if ext == "py" { "py" } else { "node" });
+            let script = script
+                .replace("/run/secrets/amble-signing.pem", pem)
+                .replace("amble-2026-12", &user)
+                .replace("USER", &user);
+            let path = files.write(&format!("{user}.{ext}"), script.as_bytes());
+            let out = Command::new(program)
+                .arg(&path)
+                .output()
+                .await
+                .unwrap_or_else(|err| {
+                    panic!("{program}: {err} (scripts/test installs nodejs, python3-jwt and python3-cryptography)")
+                });
+            assert!(
+                out.status.success(),
+                "{program} {user}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout = String::from_utf8(out.stdout).expect("utf-8");
+            let mut lines = stdout.lines();
+            let set: serde_json::Value =
+                serde_json::from_str(lines.next().expect("the key set")).expect("json");
+            keys.extend(set["keys"].as_array().expect("keys").iter().cloned());
+            tokens.push((user, lines.next().expect("a token").to_owned()));
+        }
+    }
+    let provider = JwksServer::start(Serve::Keys(key_set(&keys))).await;
+    let url = provider.url();
+    let server = TestServer::with(config(|c| c.auth.auth_jwks_url = Some(url))).await;
+    assert_eq!(server.metric("amble_auth_jwks_keys").await, 4.0);
+    for (user, token) in &tokens {
+        let mut c = server.client().await;
+        let welcome = join_with(&mut c, &format!("team-{user}"), "", token).await;
+        assert_eq!(names(&welcome)[..], [user.as_str()]);
+    }
+    server.stop().await;
+}
+
 /// Issue #19: a token's `start` claim places the member, winning over the
 /// Join's own; one outside the world is refused with INVALID_POSITION.
 #[tokio::test]
