@@ -1,8 +1,9 @@
 //! Who may join: signed tokens (JWT) on `Join`.
 //!
-//! With a key configured (`--auth-hs256-secret-file`, or
-//! `--auth-public-key-file` for RS256 or EdDSA), every `Join` must carry a
-//! token the app's backend signed: `sub` (the app's user id) and `exp` are
+//! With a key configured (`--auth-hs256-secret-file`,
+//! `--auth-public-key-file` for RS256 or EdDSA, or a key set by `kid` from
+//! `--auth-jwks-file` or `--auth-jwks-url`: [`jwks`]), every `Join` must
+//! carry a token the app's backend or an identity provider signed: `sub` (the app's user id) and `exp` are
 //! required, `name` replaces the display name asked for, and `rooms` lists
 //! the rooms the token allows (a trailing `*` matches any suffix). Without a
 //! key the [`Gate`] is open and tokens are ignored, as before tokens existed.
@@ -10,7 +11,8 @@
 //! Signatures are checked by the `jsonwebtoken` crate, never here. The
 //! accepted algorithm is the one the key is for, and only that one: a token
 //! whose header names another (`none` included) is refused. Plain data: no
-//! tokio, no sockets; the wall clock is read by `jsonwebtoken` for `exp`.
+//! sockets here (a key set URL is fetched by `jwks::fetch`, in the task of
+//! `jwks::remote`); the wall clock is read by `jsonwebtoken` for `exp`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -1,6 +1,8 @@
-//! Several keys chosen by `kid`, from a JSON Web Key Set file
-//! (`--auth-jwks-file`), re-read when it changes, so keys rotate without a
-//! restart: an identity provider's published keys, or an app's own.
+//! Several keys chosen by `kid`, from a JSON Web Key Set: a file
+//! (`--auth-jwks-file`), re-read when it changes, or a URL
+//! (`--auth-jwks-url`, [`remote`], fetched by [`fetch`]), fetched again on a
+//! schedule and for an unknown `kid`; so keys rotate without a restart: an
+//! identity provider's published keys, or an app's own.
 //!
 //! [`KeySet::parse`] is pure (bytes in, keys or an error out);
 //! [`JwksFile`] looks at the file's modification time at most once per
