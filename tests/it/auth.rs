@@ -609,6 +609,58 @@ async fn both_nodes_of_a_cluster_take_a_rotated_key() {
     assert_eq!(provider.requests(), 4);
 }
 
+/// Issue #19: a provider's key set over https, checked against the
+/// system's CA roots: amble started with the test CA as its roots
+/// (`SSL_CERT_FILE`) fetches it and admits a token; without it, the
+/// certificate is refused and amble does not start.
+#[tokio::test]
+async fn a_key_set_url_over_https_is_checked_against_the_ca_roots() {
+    let provider = JwksServer::start_tls(Serve::Keys(key_set(&[ed25519_jwk("key-b")]))).await;
+    let url = provider.url();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let out = amble(&["--listen", "127.0.0.1:0", "--auth-jwks-url", &url]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("--auth-jwks-url {url}: TLS: ")),
+        "(Debian's ca-certificates gives the system's roots) {stderr}"
+    );
+
+    let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/keys/jwks-ca.pem");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_amble"))
+        .args(["--listen", "127.0.0.1:0", "--auth-jwks-url", &url])
+        .env("SSL_CERT_FILE", &ca)
+        .env("RUST_LOG", "info")
+        .env_remove("AMBLE_AUTH_JWKS_URL")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn amble");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = within("amble to serve", async {
+        let mut seen = Vec::new();
+        loop {
+            let Some(line) = lines.next_line().await.expect("read stderr") else {
+                panic!("amble exited: {seen:#?}");
+            };
+            if let Some(addr) = line
+                .split("addr=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+            {
+                return addr;
+            }
+            seen.push(line);
+        }
+    })
+    .await;
+    let mut c = Client::connect(&format!("ws://{addr}/ws")).await;
+    let welcome = join_with(&mut c, "lobby", "", &eddsa_token("key-b", "Tess")).await;
+    assert_eq!(names(&welcome), ["Tess"]);
+    assert_eq!(provider.requests(), 1);
+}
+
 /// Issue #19: amble does not start without a first key set, and refuses a
 /// plain-http URL to another machine; both errors name the flag and say
 /// why.

@@ -1,4 +1,5 @@
-//! A tiny identity provider for the tests: an HTTP server on 127.0.0.1:0
+//! A tiny identity provider for the tests: an HTTP server (or https, with
+//! the test CA's certificate) on 127.0.0.1:0
 //! that serves a JSON Web Key Set the test swaps mid-run (a rotation), or
 //! fails the way a provider can (a status, garbage, a stall). It counts
 //! the requests, so a test awaits amble's next fetch instead of sleeping.
@@ -12,8 +13,8 @@ use std::time::Duration;
 
 use amble::auth::unix_now;
 use jsonwebtoken::{Algorithm, EncodingKey, Header};
-use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -33,28 +34,69 @@ pub enum Serve {
 /// The provider, until dropped.
 pub struct JwksServer {
     pub addr: SocketAddr,
+    scheme: &'static str,
     serve: Arc<Mutex<Serve>>,
     requests: watch::Receiver<u64>,
     task: JoinHandle<()>,
 }
 
 impl JwksServer {
+    /// Over plain http.
     pub async fn start(serve: Serve) -> Self {
+        Self::start_with(serve, None).await
+    }
+
+    /// Over https, with a certificate for 127.0.0.1 signed by the test CA
+    /// (tests/keys/jwks-ca.pem).
+    pub async fn start_tls(serve: Serve) -> Self {
+        use tokio_rustls::rustls::pki_types::pem::PemObject as _;
+        use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        use tokio_rustls::rustls::{ServerConfig, crypto::ring};
+        let certs = vec![
+            CertificateDer::from_pem_slice(&key_file("jwks-server.pem")).expect("certificate"),
+        ];
+        let key = PrivateKeyDer::from_pem_slice(&key_file("jwks-server-key.pem")).expect("key");
+        let config = ServerConfig::builder_with_provider(Arc::new(ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .expect("TLS versions")
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .expect("server config");
+        Self::start_with(
+            serve,
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(config))),
+        )
+        .await
+    }
+
+    async fn start_with(serve: Serve, tls: Option<tokio_rustls::TlsAcceptor>) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let serve = Arc::new(Mutex::new(serve));
         let (count, requests) = watch::channel(0);
         let count = Arc::new(count);
         let shared = Arc::clone(&serve);
+        let tls_on = tls.is_some();
         let task = tokio::spawn(async move {
             while let Ok((tcp, _)) = listener.accept().await {
                 let serve = Arc::clone(&shared);
                 let count = Arc::clone(&count);
-                tokio::spawn(answer(tcp, serve, count));
+                let tls = tls.clone();
+                tokio::spawn(async move {
+                    match tls {
+                        None => answer(tcp, serve, count).await,
+                        Some(tls) => {
+                            if let Ok(stream) = tls.accept(tcp).await {
+                                answer(stream, serve, count).await;
+                            }
+                        }
+                    }
+                });
             }
         });
         Self {
             addr,
+            scheme: if tls_on { "https" } else { "http" },
             serve,
             requests,
             task,
@@ -63,7 +105,7 @@ impl JwksServer {
 
     /// The key set's URL.
     pub fn url(&self) -> String {
-        format!("http://{}/.well-known/jwks.json", self.addr)
+        format!("{}://{}/.well-known/jwks.json", self.scheme, self.addr)
     }
 
     /// From now on, answers this way.
@@ -95,7 +137,11 @@ impl Drop for JwksServer {
     }
 }
 
-async fn answer(mut tcp: TcpStream, serve: Arc<Mutex<Serve>>, count: Arc<watch::Sender<u64>>) {
+async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
+    mut tcp: S,
+    serve: Arc<Mutex<Serve>>,
+    count: Arc<watch::Sender<u64>>,
+) {
     let mut head = Vec::new();
     let mut buf = [0u8; 1024];
     while !head.windows(4).any(|w| w == b"\r\n\r\n") {
