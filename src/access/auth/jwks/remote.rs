@@ -131,6 +131,9 @@ impl JwksUrl {
     /// failures for up to [`START_WITHIN`]), then starts the refresh task.
     /// An error says why no set could be had.
     pub async fn start(url: &str, interval: Duration, counters: Counters) -> Result<Self, String> {
+        // The flag allows 10 s at least; a config built in code (tests) may
+        // go lower, but never to a loop without a pause.
+        let interval = interval.max(Duration::from_secs(1));
         let fetcher = Fetcher::new(Target::parse(url)?)?;
         let deadline = Instant::now() + START_WITHIN;
         let mut streak = 0;
