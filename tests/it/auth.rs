@@ -525,7 +525,7 @@ async fn a_key_set_url_rotates_keys_through_an_unknown_kid() {
 }
 
 /// Issue #19: the key set is fetched again every refresh interval; a
-/// provider that fails (a 500, garbage, a stall) leaves the last good set
+/// provider that fails (a 500, garbage, too much, a stall) leaves the last good set
 /// in use, and each failure is counted by reason in /metrics.
 #[tokio::test]
 async fn a_failing_key_set_url_keeps_the_last_good_set() {
@@ -547,6 +547,7 @@ async fn a_failing_key_set_url_keeps_the_last_good_set() {
     let failures = [
         (Serve::Status(500), "status", WAIT),
         (Serve::Garbage, "json", WAIT),
+        (Serve::Huge, "too_large", WAIT),
         // A stall ends at amble's 10 s fetch timeout.
         (Serve::Stall, "timeout", WAIT * 3),
     ];

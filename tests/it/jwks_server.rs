@@ -27,6 +27,8 @@ pub enum Serve {
     Status(u16),
     /// 200 with a body that is not JSON.
     Garbage,
+    /// 200 with a key set padded past amble's 256 KiB.
+    Huge,
     /// Reads the request and never answers.
     Stall,
 }
@@ -164,6 +166,10 @@ async fn answer<S: AsyncRead + AsyncWrite + Unpin>(
         Serve::Keys(body) => ("200 OK".to_owned(), body),
         Serve::Status(code) => (format!("{code} Failing"), "{\"error\":\"down\"}".into()),
         Serve::Garbage => ("200 OK".to_owned(), "<html>not a key set</html>".into()),
+        Serve::Huge => (
+            "200 OK".to_owned(),
+            format!("{{\"keys\": []{}}}", " ".repeat(300 * 1024)),
+        ),
         Serve::Stall => {
             // Hold the connection until the client gives up.
             while matches!(tcp.read(&mut buf).await, Ok(n) if n > 0) {}
