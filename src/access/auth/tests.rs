@@ -700,3 +700,37 @@ fn unknown_kids_ask_for_a_fetch_at_most_once_per_gap() {
     r.done();
     assert_eq!(r.ask(t0 + REFETCH_GAP + Duration::from_secs(29)), Ask::No);
 }
+
+#[test]
+fn fetch_failures_have_a_reason_and_only_the_network_is_retried_at_start() {
+    use jwks::fetch::FetchError;
+    let cases = [
+        (
+            FetchError::Connect {
+                host: "h".into(),
+                port: 443,
+                why: "refused".into(),
+            },
+            "connect",
+            true,
+        ),
+        (FetchError::Timeout, "timeout", true),
+        (FetchError::Http("closed".into()), "http", true),
+        (FetchError::Status(503), "status", true),
+        (FetchError::Status(429), "status", true),
+        (FetchError::Status(404), "status", false),
+        (FetchError::Status(302), "status", false),
+        (FetchError::Tls("unknown issuer".into()), "tls", false),
+        (FetchError::TooLarge, "too_large", false),
+        (
+            FetchError::Set(jwks::SetError::NotJson("x".into())),
+            "json",
+            false,
+        ),
+        (FetchError::Set(jwks::SetError::TooMany), "keys", false),
+    ];
+    for (err, reason, transient) in cases {
+        assert_eq!(err.reason(), reason, "{err}");
+        assert_eq!(err.transient(), transient, "{err}");
+    }
+}
