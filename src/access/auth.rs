@@ -522,53 +522,6 @@ fn header_field(token: &str, name: &str) -> Option<String> {
     value.get(name)?.as_str().map(str::to_owned)
 }
 
-/// Where a key set comes from.
-#[derive(Debug)]
-pub enum KeySource {
-    /// `--auth-jwks-file`.
-    File(jwks::JwksFile),
-    /// `--auth-jwks-url`.
-    Url(jwks::remote::JwksUrl),
-}
-
-impl std::fmt::Display for KeySource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::File(file) => write!(f, "{}", file.path().display()),
-            Self::Url(url) => write!(f, "{}", url.target()),
-        }
-    }
-}
-
-/// Checks Join tokens with the key their `kid` names in a key set.
-#[derive(Debug)]
-pub struct JwksVerifier {
-    source: KeySource,
-    rules: TokenRules,
-}
-
-impl JwksVerifier {
-    /// Where the key set comes from.
-    pub fn source(&self) -> &KeySource {
-        &self.source
-    }
-
-    /// Verifies `token` with the key its `kid` names, and checks that it
-    /// allows `room`.
-    pub fn admit(&self, token: &str, room: &str) -> Result<Admission, Refusal> {
-        if token.is_empty() {
-            return Err(Refusal::Missing);
-        }
-        let kid = header_field(token, "kid").ok_or(Refusal::UnknownKey)?;
-        let set = match &self.source {
-            KeySource::File(file) => file.current(),
-            KeySource::Url(url) => url.current(),
-        };
-        let (key, alg) = set.get(&kid).ok_or(Refusal::UnknownKey)?;
-        Verifier::with_rules(key.clone(), *alg, &self.rules).admit(token, room)
-    }
-}
-
 /// Who may join: everyone (no key configured) or token holders.
 #[derive(Debug)]
 pub enum Gate {
@@ -599,10 +552,10 @@ impl Gate {
                 url: url.clone(),
                 why,
             })?;
-        Ok(Self::Jwks(Box::new(JwksVerifier {
-            source: KeySource::Url(source),
-            rules: TokenRules::from_config(config),
-        })))
+        Ok(Self::Jwks(Box::new(JwksVerifier::new(
+            KeySource::Url(source),
+            TokenRules::from_config(config),
+        ))))
     }
 
     /// Before [`admit`](Self::admit): when the key set comes from a URL and
@@ -612,7 +565,7 @@ impl Gate {
     /// returns at once.
     pub async fn await_key(&self, token: &str) {
         if let Self::Jwks(verifier) = self
-            && let KeySource::Url(url) = &verifier.source
+            && let KeySource::Url(url) = verifier.source()
             && let Some(kid) = header_field(token, "kid")
         {
             url.await_kid(&kid).await;
@@ -637,10 +590,10 @@ impl Gate {
                     path: path.to_owned(),
                     why,
                 })?;
-            return Ok(Self::Jwks(Box::new(JwksVerifier {
-                source: KeySource::File(file),
+            return Ok(Self::Jwks(Box::new(JwksVerifier::new(
+                KeySource::File(file),
                 rules,
-            })));
+            ))));
         }
         if let Some(path) = &config.auth_hs256_secret_file {
             let secret = read_secret(path, SECRET_FLAG)?;
@@ -694,6 +647,7 @@ pub fn unix_now() -> u64 {
 }
 
 pub mod jwks;
+pub use jwks::{JwksVerifier, KeySource};
 
 #[cfg(test)]
 mod tests;

@@ -20,6 +20,8 @@ use jsonwebtoken::{Algorithm, DecodingKey};
 use prometheus_client::metrics::counter::Counter;
 use tracing::{error, info};
 
+use super::{Admission, Refusal, TokenRules, Verifier, header_field};
+
 /// How often the file's modification time is looked at, at most.
 pub const RECHECK: Duration = Duration::from_secs(1);
 /// The most keys a set may hold.
@@ -275,6 +277,59 @@ fn read(path: &Path) -> Result<(KeySet, Option<SystemTime>), String> {
     let bytes = std::fs::read(path).map_err(|err| format!("cannot read it: {err}"))?;
     let set = KeySet::parse(&bytes).map_err(|err| err.to_string())?;
     Ok((set, meta.modified().ok()))
+}
+
+/// Where a key set comes from.
+#[derive(Debug)]
+pub enum KeySource {
+    /// `--auth-jwks-file`.
+    File(JwksFile),
+    /// `--auth-jwks-url`.
+    Url(remote::JwksUrl),
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(file) => write!(f, "{}", file.path().display()),
+            Self::Url(url) => write!(f, "{}", url.target()),
+        }
+    }
+}
+
+/// Checks Join tokens with the key their `kid` names in a key set.
+#[derive(Debug)]
+pub struct JwksVerifier {
+    source: KeySource,
+    rules: TokenRules,
+}
+
+impl JwksVerifier {
+    /// A verifier reading keys from `source`, for tokens that follow
+    /// `rules`.
+    pub fn new(source: KeySource, rules: TokenRules) -> Self {
+        Self { source, rules }
+    }
+
+    /// Where the key set comes from.
+    pub fn source(&self) -> &KeySource {
+        &self.source
+    }
+
+    /// Verifies `token` with the key its `kid` names, and checks that it
+    /// allows `room`.
+    pub fn admit(&self, token: &str, room: &str) -> Result<Admission, Refusal> {
+        if token.is_empty() {
+            return Err(Refusal::Missing);
+        }
+        let kid = header_field(token, "kid").ok_or(Refusal::UnknownKey)?;
+        let set = match &self.source {
+            KeySource::File(file) => file.current(),
+            KeySource::Url(url) => url.current(),
+        };
+        let (key, alg) = set.get(&kid).ok_or(Refusal::UnknownKey)?;
+        Verifier::with_rules(key.clone(), *alg, &self.rules).admit(token, room)
+    }
 }
 
 pub mod fetch;
