@@ -97,8 +97,8 @@ pub async fn serve_started(
     .await?;
     match &gate {
         Gate::Open => warn!(
-            "no --auth-hs256-secret-file or --auth-public-key-file: \
-             anyone may join any room with any name (open mode)"
+            "no key (--auth-hs256-secret-file, --auth-public-key-file, --auth-jwks-file or \
+             --auth-jwks-url): anyone may join any room with any name (open mode)"
         ),
         Gate::Tokens(verifier) => info!(
             algorithm = ?verifier.algorithm(),
