@@ -12,6 +12,7 @@ mod cluster_support;
 mod data;
 mod handshake;
 mod http;
+mod jwks_server;
 mod lifecycle;
 mod movement;
 mod node_sdk;
