@@ -93,6 +93,12 @@ pub struct Metrics {
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub metrics_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
     pub auth_jwks_reload_failures: Counter,
+    /// Fetches of --auth-jwks-url that failed, by reason.
+    pub auth_jwks_fetch_failures: Family<AuthLabels, Counter<u64, AtomicU64>>,
+    /// Good fetches of --auth-jwks-url.
+    pub auth_jwks_fetches: Counter,
+    /// Keys in the key set in use (--auth-jwks-url).
+    pub auth_jwks_keys: Gauge,
     pub cors_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
 
     // ---- Client input budgets ----
@@ -416,6 +422,21 @@ impl Metrics {
                 "auth_jwks_reload_failures",
                 "Versions of --auth-jwks-file that could not be read or parsed (the last good key set was kept)",
                 self.auth_jwks_reload_failures.clone(),
+            );
+            r.register(
+                "auth_jwks_fetch_failures",
+                "Fetches of --auth-jwks-url that failed, by reason (connect, tls, timeout, http, status, too_large, json, keys); the last good key set was kept",
+                self.auth_jwks_fetch_failures.clone(),
+            );
+            r.register(
+                "auth_jwks_fetches",
+                "Fetches of --auth-jwks-url that brought a usable key set (at start, on refresh, for an unknown kid)",
+                self.auth_jwks_fetches.clone(),
+            );
+            r.register(
+                "auth_jwks_keys",
+                "Keys in the key set fetched from --auth-jwks-url",
+                self.auth_jwks_keys.clone(),
             );
             r.register(
                 "cors_refused",

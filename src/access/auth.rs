@@ -1,8 +1,9 @@
 //! Who may join: signed tokens (JWT) on `Join`.
 //!
-//! With a key configured (`--auth-hs256-secret-file`, or
-//! `--auth-public-key-file` for RS256 or EdDSA), every `Join` must carry a
-//! token the app's backend signed: `sub` (the app's user id) and `exp` are
+//! With a key configured (`--auth-hs256-secret-file`,
+//! `--auth-public-key-file` for RS256 or EdDSA, or a key set by `kid` from
+//! `--auth-jwks-file` or `--auth-jwks-url`: [`jwks`]), every `Join` must
+//! carry a token the app's backend or an identity provider signed: `sub` (the app's user id) and `exp` are
 //! required, `name` replaces the display name asked for, `data` sets member
 //! data the Join cannot change, `share_sub` shows `sub` to the room, and `rooms` lists
 //! the rooms the token allows (a trailing `*` matches any suffix). Without a
@@ -11,7 +12,8 @@
 //! Signatures are checked by the `jsonwebtoken` crate, never here. The
 //! accepted algorithm is the one the key is for, and only that one: a token
 //! whose header names another (`none` included) is refused. Plain data: no
-//! tokio, no sockets; the wall clock is read by `jsonwebtoken` for `exp`.
+//! sockets here (a key set URL is fetched by `jwks::fetch`, in the task of
+//! `jwks::remote`); the wall clock is read by `jsonwebtoken` for `exp`.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -64,6 +66,29 @@ pub struct AuthConfig {
         value_name = "PATH"
     )]
     pub auth_jwks_file: Option<std::path::PathBuf>,
+
+    /// URL of an identity provider's JSON Web Key Set (https; plain http
+    /// only for a loopback host): every Join must carry a token whose `kid`
+    /// names one of its keys, signed with it. Fetched at start (amble does
+    /// not start without it), then every --auth-jwks-refresh-secs, and at
+    /// once (at most every 30 s) when a token names an unknown `kid`; a
+    /// failed fetch keeps the last good set.
+    #[arg(
+        long,
+        display_order = 77,
+        env = "AMBLE_AUTH_JWKS_URL",
+        value_name = "URL",
+        conflicts_with_all = ["auth_hs256_secret_file", "auth_public_key_file", "auth_jwks_file"]
+    )]
+    pub auth_jwks_url: Option<String>,
+
+    /// How often the key set of --auth-jwks-url is fetched again, seconds
+    /// (10 to 86400; sooner when the provider's Cache-Control max-age says
+    /// so).
+    #[arg(long, display_order = 78, env = "AMBLE_AUTH_JWKS_REFRESH_SECS",
+          default_value_t = jwks::remote::REFRESH_SECS,
+          value_parser = clap::value_parser!(u64).range(10..=86_400))]
+    pub auth_jwks_refresh_secs: u64,
 
     /// Audiences a token may be for (its `aud`), comma-separated. When set,
     /// a token must name one of them, as an identity provider's tokens do.
@@ -270,9 +295,9 @@ pub enum Refusal {
     /// none.
     #[error("the token is from an issuer (iss) this server does not accept (--auth-issuer)")]
     Issuer,
-    /// The token's `kid` names no key of `--auth-jwks-file` (or it has
-    /// none).
-    #[error("the token's key (kid) is not one this server knows (--auth-jwks-file)")]
+    /// The token's `kid` names no key of the key set (`--auth-jwks-file`,
+    /// `--auth-jwks-url`), or it has none.
+    #[error("the token's key (kid) is not one of this server's key set")]
     UnknownKey,
     /// The token's `rooms` do not include this room.
     #[error("the token does not allow room {room}")]
@@ -330,12 +355,16 @@ pub enum SetupError {
     /// A token rule (`--auth-audience`, `--auth-issuer`) without a key to
     /// check tokens with.
     #[error(
-        "{flag} needs {SECRET_FLAG}, {PUBLIC_KEY_FLAG} or --auth-jwks-file: without a key no token is read"
+        "{flag} needs {SECRET_FLAG}, {PUBLIC_KEY_FLAG}, --auth-jwks-file or --auth-jwks-url: without a key no token is read"
     )]
     NoKey { flag: &'static str },
     /// The key set file cannot be read or parsed at start.
     #[error("--auth-jwks-file {}: {why}", path.display())]
     Jwks { path: PathBuf, why: String },
+    /// The key set URL is not accepted, or no key set could be fetched
+    /// from it at start.
+    #[error("--auth-jwks-url {url}: {why}")]
+    JwksUrl { url: String, why: String },
     /// The key file is not a public key amble can use.
     #[error("{flag} {}: {why}", path.display())]
     Key {
@@ -536,32 +565,6 @@ fn header_field(token: &str, name: &str) -> Option<String> {
     value.get(name)?.as_str().map(str::to_owned)
 }
 
-/// Checks Join tokens with the key their `kid` names in a key set file.
-#[derive(Debug)]
-pub struct JwksVerifier {
-    file: jwks::JwksFile,
-    rules: TokenRules,
-}
-
-impl JwksVerifier {
-    /// The key set file.
-    pub fn path(&self) -> &Path {
-        self.file.path()
-    }
-
-    /// Verifies `token` with the key its `kid` names, and checks that it
-    /// allows `room`.
-    pub fn admit(&self, token: &str, room: &str) -> Result<Admission, Refusal> {
-        if token.is_empty() {
-            return Err(Refusal::Missing);
-        }
-        let kid = header_field(token, "kid").ok_or(Refusal::UnknownKey)?;
-        let set = self.file.current();
-        let (key, alg) = set.get(&kid).ok_or(Refusal::UnknownKey)?;
-        Verifier::with_rules(key.clone(), *alg, &self.rules).admit(token, room)
-    }
-}
-
 /// Who may join: everyone (no key configured) or token holders.
 #[derive(Debug)]
 pub enum Gate {
@@ -569,23 +572,71 @@ pub enum Gate {
     Open,
     /// Every Join needs a token this verifier accepts.
     Tokens(Box<Verifier>),
-    /// Every Join needs a token signed with a key of the key set file.
+    /// Every Join needs a token signed with a key of the key set.
     Jwks(Box<JwksVerifier>),
 }
 
 impl Gate {
+    /// [`from_config`](Self::from_config), and for `--auth-jwks-url` the
+    /// first fetch of the key set (start-up fails without one) and the task
+    /// that keeps it fresh (it ends when the gate is dropped).
+    pub async fn start(
+        config: &AuthConfig,
+        jwks_failures: Counter,
+        counters: jwks::remote::Counters,
+    ) -> Result<Self, SetupError> {
+        let Some(url) = &config.auth_jwks_url else {
+            return Self::from_config(config, jwks_failures);
+        };
+        let interval = std::time::Duration::from_secs(config.auth_jwks_refresh_secs);
+        let source = jwks::remote::JwksUrl::start(url, interval, counters)
+            .await
+            .map_err(|why| SetupError::JwksUrl {
+                url: url.clone(),
+                why,
+            })?;
+        Ok(Self::Jwks(Box::new(JwksVerifier::new(
+            KeySource::Url(source),
+            TokenRules::from_config(config),
+        ))))
+    }
+
+    /// Before [`admit`](Self::admit): when the key set comes from a URL and
+    /// lacks the token's `kid`, asks for the set again and waits for it, at
+    /// most [`jwks::remote::JOIN_WAIT`] (once per
+    /// [`jwks::remote::REFETCH_GAP`]; otherwise at once). Every other gate
+    /// returns at once.
+    pub async fn await_key(&self, token: &str) {
+        if let Self::Jwks(verifier) = self
+            && let KeySource::Url(url) = verifier.source()
+            && let Some(kid) = header_field(token, "kid")
+        {
+            url.await_kid(&kid).await;
+        }
+    }
+
     /// The gate the config asks for, reading its secret or key file once
     /// (a key set file, again when it changes: `jwks_failures` counts the
     /// versions that could not be read).
     pub fn from_config(config: &AuthConfig, jwks_failures: Counter) -> Result<Self, SetupError> {
         let rules = TokenRules::from_config(config);
+        if let Some(url) = &config.auth_jwks_url {
+            // Never an open gate for a configured URL.
+            return Err(SetupError::JwksUrl {
+                url: url.clone(),
+                why: "a key set URL is fetched by Gate::start".into(),
+            });
+        }
         if let Some(path) = &config.auth_jwks_file {
             let file =
                 jwks::JwksFile::open(path, jwks_failures).map_err(|why| SetupError::Jwks {
                     path: path.to_owned(),
                     why,
                 })?;
-            return Ok(Self::Jwks(Box::new(JwksVerifier { file, rules })));
+            return Ok(Self::Jwks(Box::new(JwksVerifier::new(
+                KeySource::File(file),
+                rules,
+            ))));
         }
         if let Some(path) = &config.auth_hs256_secret_file {
             let secret = read_secret(path, SECRET_FLAG)?;
@@ -639,6 +690,7 @@ pub fn unix_now() -> u64 {
 }
 
 pub mod jwks;
+pub use jwks::{JwksVerifier, KeySource};
 pub mod refresh;
 
 #[cfg(test)]

@@ -481,6 +481,8 @@ mod tests {
                 "max-data-value-chars",
                 "data-interval-ms",
                 "data-burst",
+                "auth-jwks-url",
+                "auth-jwks-refresh-secs",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

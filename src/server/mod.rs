@@ -84,18 +84,28 @@ pub async fn serve_started(
     started: impl FnOnce(Started) + Send,
 ) -> Result<(), StartError> {
     let metrics = Arc::new(Metrics::default());
-    let gate = Gate::from_config(&config.auth, metrics.auth_jwks_reload_failures.clone())?;
+    let jwks_counters = auth::jwks::remote::Counters {
+        failures: metrics.auth_jwks_fetch_failures.clone(),
+        fetches: metrics.auth_jwks_fetches.clone(),
+        keys: metrics.auth_jwks_keys.clone(),
+    };
+    let gate = Gate::start(
+        &config.auth,
+        metrics.auth_jwks_reload_failures.clone(),
+        jwks_counters,
+    )
+    .await?;
     match &gate {
         Gate::Open => warn!(
-            "no --auth-hs256-secret-file or --auth-public-key-file: \
-             anyone may join any room with any name (open mode)"
+            "no key (--auth-hs256-secret-file, --auth-public-key-file, --auth-jwks-file or \
+             --auth-jwks-url): anyone may join any room with any name (open mode)"
         ),
         Gate::Tokens(verifier) => info!(
             algorithm = ?verifier.algorithm(),
             "tokens required: every Join must carry a token signed with the configured key"
         ),
         Gate::Jwks(verifier) => info!(
-            path = %verifier.path().display(),
+            source = %verifier.source(),
             "tokens required: every Join must carry a token signed with a key of the key set, by kid"
         ),
     }

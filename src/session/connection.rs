@@ -728,6 +728,9 @@ impl Connection {
             }
             Verdict::Flood => return self.flood("joins").await,
         }
+        // A token naming a key the set lacks may wait (bounded) for the set
+        // to be fetched again: a provider's rotation.
+        self.shared.gate.await_key(&token).await;
         let arrival = match self.admit(&room, asked, &token) {
             Ok(admitted) => admitted,
             Err((code, text)) => return self.refuse(code, text).await,
@@ -808,6 +811,8 @@ impl Connection {
             }
             Verdict::Flood => return self.flood("token refreshes").await,
         }
+        // As at a Join: a key the fetched set lacks may wait (bounded) for it.
+        self.shared.gate.await_key(&token).await;
         let metrics = &self.shared.metrics;
         match self
             .shared

@@ -1,5 +1,5 @@
 //! The scenario, in the order a person trying the demo meets it: the images,
-//! `up`, two pages on two nodes, a node killed and started again, the bots,
+//! `up` (NATS wanting a password), two pages on two nodes, a node killed and started again, the bots,
 //! a rolling restart, then what only containers can show: a node cut off
 //! from NATS, NATS restarted, NATS stopped past the node timeout, a node
 //! paused; and `down`.
@@ -99,6 +99,7 @@ async fn compose_demo_on_two_nodes_survives_kills_restarts_and_partitions() {
 
     within(Duration::from_secs(600), "the compose demo", async {
         up_turns_healthy(&project, &mut t).await;
+        nats_wants_a_password_and_each_node_has_its_user(&project, &mut t).await;
         let (ada, bo) = two_pages_see_each_other_walk_and_chat(&browser, &project).await;
         a_killed_node_drops_its_members_and_its_page_comes_back(&project, &mut t, &ada, &bo).await;
         the_bots_walk_on_both_nodes_and_both_pages_see_them(&project, &ada, &bo).await;
@@ -234,6 +235,79 @@ async fn up_turns_healthy(project: &Project, t: &mut Timings) {
         HEALTHY,
     );
     await_cluster_whole(project).await;
+}
+
+/// deploy/nats/nats.conf: a client without a password is refused, and the
+/// nodes are connected as their own users (`/connz?auth=1` on the monitor).
+/// NATS's client port is not published, so the test speaks to it at the
+/// container's address on the project's `nats` network, which a Linux host
+/// reaches through the network's bridge.
+async fn nats_wants_a_password_and_each_node_has_its_user(project: &Project, t: &mut Timings) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let id = project.container(Service::Nats).await;
+    let ips = crate::project::docker(&[
+        "inspect",
+        "--format",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}} {{end}}",
+        &id,
+    ])
+    .await;
+    let ip: std::net::IpAddr = ips
+        .split_whitespace()
+        .next()
+        .and_then(|ip| ip.parse().ok())
+        .unwrap_or_else(|| panic!("nats's container has no address: {ips:?}"));
+    let answer = within(
+        WAIT,
+        "NATS's answer to a client without a password",
+        async {
+            let mut tcp = tokio::net::TcpStream::connect((ip, 4222))
+                .await
+                .unwrap_or_else(|err| panic!("connect to NATS at {ip}:4222: {err}"));
+            tcp.write_all(b"CONNECT {\"verbose\":false}\r\nPING\r\n")
+                .await
+                .expect("write to NATS");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            // NATS says why and closes the connection.
+            loop {
+                match tcp.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got.extend_from_slice(&buf[..n]),
+                }
+            }
+            String::from_utf8_lossy(&got).into_owned()
+        },
+    )
+    .await;
+    assert!(
+        answer.contains("-ERR 'Authorization Violation'") && !answer.contains("PONG"),
+        "NATS answered a client without a password: {answer:?}"
+    );
+
+    let monitor = std::net::SocketAddr::from(([127, 0, 0, 1], project.ports.nats_monitor));
+    let (status, body) = http_get(monitor, "/connz?auth=1")
+        .await
+        .expect("NATS's monitor answers");
+    assert_eq!(status, 200, "{body}");
+    let connz: serde_json::Value = serde_json::from_str(&body).expect("JSON from /connz");
+    let mut users: Vec<&str> = connz["connections"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["authorized_user"].as_str())
+        .collect();
+    users.sort_unstable();
+    assert_eq!(users, ["amble-1", "amble-2"], "{body}");
+    t.record(format!(
+        "nats: a client without a password at {ip}:4222 is refused ({}); the nodes are users {}",
+        answer
+            .lines()
+            .find(|l| l.starts_with("-ERR"))
+            .unwrap_or_default(),
+        users.join(" and ")
+    ));
 }
 
 // ------------------------------------------------------------------ pages

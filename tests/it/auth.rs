@@ -10,6 +10,10 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use tokio::io::{AsyncBufReadExt as _, BufReader};
 use tokio::process::Command;
 
+use crate::cluster_support::{Nats, Node, has_peers};
+use crate::jwks_server::{
+    JwksServer, Serve, ed25519_jwk, eddsa_token, key_set, rs256_token, rsa_jwk,
+};
 use crate::support::*;
 
 const SECRET: &[u8] = b"integration-test-secret-of-more-than-32-bytes";
@@ -533,6 +537,219 @@ async fn a_token_signed_with_a_key_of_the_key_set_joins() {
     server.stop().await;
 }
 
+/// Issue #19: keys from an identity provider's URL (`--auth-jwks-url`)
+/// rotate without a restart. The provider swaps key A (RS256) for key B
+/// (EdDSA): a token by B joins at once, through the fetch its unknown
+/// `kid` asks for; a token by A is then refused, without another fetch
+/// (one per 30 s at most).
+#[tokio::test]
+async fn a_key_set_url_rotates_keys_through_an_unknown_kid() {
+    let provider = JwksServer::start(Serve::Keys(key_set(&[rsa_jwk("key-a")]))).await;
+    let url = provider.url();
+    let server = TestServer::with(config(|c| c.auth.auth_jwks_url = Some(url))).await;
+    assert_eq!(server.metric("amble_auth_jwks_fetches_total").await, 1.0);
+    assert_eq!(server.metric("amble_auth_jwks_keys").await, 1.0);
+    let mut a = server.client().await;
+    let welcome = join_with(&mut a, "lobby", "", &rs256_token("key-a", "Ana")).await;
+    assert_eq!(names(&welcome), ["Ana"]);
+
+    provider.serve(Serve::Keys(key_set(&[ed25519_jwk("key-b")])));
+    let mut b = server.client().await;
+    let welcome = join_with(&mut b, "lobby", "", &eddsa_token("key-b", "Bo")).await;
+    assert_eq!(names(&welcome), ["Ana", "Bo"]);
+    assert_eq!(provider.requests(), 2);
+    assert_eq!(server.metric("amble_auth_jwks_fetches_total").await, 2.0);
+
+    let mut c = server.client().await;
+    send_join(&mut c, "lobby", "", &rs256_token("key-a", "Cy")).await;
+    let text = c.expect_error(ErrorCode::Unauthenticated).await;
+    assert!(text.contains("kid"), "{text}");
+    assert_eq!(refused(&server, "unknown_key").await, 1.0);
+    assert_eq!(provider.requests(), 2, "no second fetch within 30 s");
+    // The member admitted with key A stays: tokens are checked on Join.
+    a.ping().await;
+    server.stop().await;
+}
+
+/// Issue #19: the key set is fetched again every refresh interval; a
+/// provider that fails (a 500, garbage, too much, a stall) leaves the last good set
+/// in use, and each failure is counted by reason in /metrics.
+#[tokio::test]
+async fn a_failing_key_set_url_keeps_the_last_good_set() {
+    let provider = JwksServer::start(Serve::Keys(key_set(&[rsa_jwk("key-a")]))).await;
+    let url = provider.url();
+    // One second (the flag takes 10 at least): every fetch in this test
+    // comes from the refresh, none from a token.
+    let server = TestServer::with(config(|c| {
+        c.auth.auth_jwks_url = Some(url);
+        c.auth.auth_jwks_refresh_secs = 1;
+    }))
+    .await;
+    // A rotation picked up by the refresh alone.
+    provider.serve(Serve::Keys(key_set(&[ed25519_jwk("key-b")])));
+    let n = provider.requests();
+    provider.until_requests(n + 2, WAIT).await;
+    assert!(server.metric("amble_auth_jwks_fetches_total").await >= 2.0);
+
+    let failures = [
+        (Serve::Status(500), "status", WAIT),
+        (Serve::Garbage, "json", WAIT),
+        (Serve::Huge, "too_large", WAIT),
+        // A stall ends at amble's 10 s fetch timeout.
+        (Serve::Stall, "timeout", WAIT * 3),
+    ];
+    for (i, (serve, reason, limit)) in failures.into_iter().enumerate() {
+        provider.serve(serve);
+        let n = provider.requests();
+        // The failing request, then the retry amble makes after counting it.
+        provider.until_requests(n + 2, limit).await;
+        let series = format!("amble_auth_jwks_fetch_failures_total{{reason=\"{reason}\"}}");
+        assert!(server.metric(&series).await >= 1.0, "{series}");
+        let mut c = server.client().await;
+        let user = format!("user-{i}");
+        let welcome = join_with(
+            &mut c,
+            &format!("room-{i}"),
+            "",
+            &eddsa_token("key-b", &user),
+        )
+        .await;
+        assert_eq!(names(&welcome), [user]);
+    }
+    assert_eq!(server.metric("amble_auth_jwks_keys").await, 1.0);
+    server.stop().await;
+}
+
+/// Issue #19: both nodes of a cluster, pointed at the same provider, take
+/// its new key once it rotates, and both refuse the old one.
+#[tokio::test]
+async fn both_nodes_of_a_cluster_take_a_rotated_key() {
+    let provider = JwksServer::start(Serve::Keys(key_set(&[rsa_jwk("key-a")]))).await;
+    let url = provider.url();
+    let nats = Nats::start().await;
+    let args = ["--auth-jwks-url", url.as_str()];
+    let n1 = Node::start(&nats, 1, &args).await;
+    let n2 = Node::start(&nats, 2, &args).await;
+    has_peers(&n1, 1).await;
+    has_peers(&n2, 1).await;
+    let mut ada = Client::connect(&n1.ws_url()).await;
+    join_with(&mut ada, "plaza", "", &rs256_token("key-a", "Ada")).await;
+
+    provider.serve(Serve::Keys(key_set(&[ed25519_jwk("key-b")])));
+    let mut bo = Client::connect(&n2.ws_url()).await;
+    let welcome = join_with(&mut bo, "plaza", "", &eddsa_token("key-b", "Bo")).await;
+    assert_eq!(names(&welcome), ["Ada", "Bo"], "Bo on n2 sees Ada on n1");
+    let mut cy = Client::connect(&n1.ws_url()).await;
+    let welcome = join_with(&mut cy, "plaza", "", &eddsa_token("key-b", "Cy")).await;
+    assert!(names(&welcome).contains(&"Cy".to_owned()));
+
+    for node in [&n1, &n2] {
+        let mut eve = Client::connect(&node.ws_url()).await;
+        send_join(&mut eve, "plaza", "", &rs256_token("key-a", "Eve")).await;
+        eve.expect_error(ErrorCode::Unauthenticated).await;
+        let fetches = node.metric("amble_auth_jwks_fetches_total").await;
+        assert_eq!(fetches, Some(2.0), "{}: at start and for key-b", node.name);
+        let refused = node
+            .metric("amble_auth_refused_total{reason=\"unknown_key\"}")
+            .await;
+        assert_eq!(refused, Some(1.0), "{}", node.name);
+    }
+    assert_eq!(provider.requests(), 4);
+}
+
+/// Issue #19: a provider's key set over https, checked against the
+/// system's CA roots: amble started with the test CA as its roots
+/// (`SSL_CERT_FILE`) fetches it and admits a token; without it, the
+/// certificate is refused and amble does not start.
+#[tokio::test]
+async fn a_key_set_url_over_https_is_checked_against_the_ca_roots() {
+    let provider = JwksServer::start_tls(Serve::Keys(key_set(&[ed25519_jwk("key-b")]))).await;
+    let url = provider.url();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let out = amble(&["--listen", "127.0.0.1:0", "--auth-jwks-url", &url]).await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("--auth-jwks-url {url}: TLS: ")),
+        "(Debian's ca-certificates gives the system's roots) {stderr}"
+    );
+
+    let ca = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/keys/jwks-ca.pem");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_amble"))
+        .args(["--listen", "127.0.0.1:0", "--auth-jwks-url", &url])
+        .env("SSL_CERT_FILE", &ca)
+        .env("RUST_LOG", "info")
+        .env_remove("AMBLE_AUTH_JWKS_URL")
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn amble");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = within("amble to serve", async {
+        let mut seen = Vec::new();
+        loop {
+            let Some(line) = lines.next_line().await.expect("read stderr") else {
+                panic!("amble exited: {seen:#?}");
+            };
+            if let Some(addr) = line
+                .split("addr=")
+                .nth(1)
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+            {
+                return addr;
+            }
+            seen.push(line);
+        }
+    })
+    .await;
+    let mut c = Client::connect(&format!("ws://{addr}/ws")).await;
+    let welcome = join_with(&mut c, "lobby", "", &eddsa_token("key-b", "Tess")).await;
+    assert_eq!(names(&welcome), ["Tess"]);
+    assert_eq!(provider.requests(), 1);
+}
+
+/// Issue #19: amble does not start without a first key set, and refuses a
+/// plain-http URL to another machine; both errors name the flag and say
+/// why.
+#[tokio::test]
+async fn a_key_set_url_that_cannot_be_used_stops_the_start() {
+    let provider = JwksServer::start(Serve::Status(404)).await;
+    let cases = [
+        (provider.url(), "HTTP status 404"),
+        (
+            "http://id.example.com/jwks.json".to_owned(),
+            "plain http is accepted only for a loopback host",
+        ),
+    ];
+    for (url, says) in cases {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let config = config(|c| c.auth.auth_jwks_url = Some(url.clone()));
+        let err = within("serve to fail", amble::serve(listener, config, async {}))
+            .await
+            .expect_err("refused");
+        let text = err.to_string();
+        assert!(
+            text.starts_with(&format!("--auth-jwks-url {url}: ")),
+            "{text}"
+        );
+        assert!(text.contains(says), "{text}");
+    }
+    // With another key source: clap refuses the pair.
+    let out = amble(&[
+        "--auth-jwks-url",
+        &provider.url(),
+        "--auth-public-key-file",
+        "/nonexistent.pem",
+    ])
+    .await;
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+}
+
 /// The ```LANG block of docs/client.md's "## Tokens" section that contains
 /// `marker`.
 fn token_example(lang: &str, marker: &str) -> String {
@@ -597,6 +814,73 @@ async fn the_docs_token_examples_mint_tokens_amble_accepts_for_a_binary_secret()
         let mut c = server.client().await;
         let welcome = join_with(&mut c, room, "", &token).await;
         assert_eq!(names(&welcome)[..], [name], "{program}");
+    }
+    server.stop().await;
+}
+
+/// Issue #19: docs/client.md's RS256 and EdDSA examples, in Node and in
+/// Python, run as written with an RSA and an Ed25519 key: the key sets they
+/// print, served at a `--auth-jwks-url`, admit the tokens they mint.
+#[tokio::test]
+async fn the_docs_key_pair_examples_mint_tokens_their_key_sets_admit() {
+    let files = Files::new("key-pairs");
+    let node = token_example("js", "createPrivateKey");
+    let python = token_example("python", "load_pem_private_key");
+    let mut keys = Vec::new();
+    let mut tokens = Vec::new();
+    for (key, short) in [("rsa-private.pem", "rsa"), ("ed25519-private.pem", "ed")] {
+        let pem = files.write(key, &self::key(key));
+        let pem = pem.to_str().expect("utf-8 path");
+        for (program, script, ext) in [
+            (
+                "node",
+                node.clone()
+                    + "\nconsole.log(JSON.stringify(ambleJwks()));\n\
+                       console.log(ambleSignedToken('USER', 'USER', ['team-*']));\n",
+                "mjs",
+            ),
+            (
+                "/usr/bin/python3",
+                python.clone()
+                    + "\nprint(json.dumps(amble_jwks()))\n\
+                       print(amble_signed_token('USER', 'USER', ['team-*']))\n",
+                "py",
+            ),
+        ] {
+            let user = format!("{}-{short}", if ext == "py" { "py" } else { "node" });
+            let script = script
+                .replace("/run/secrets/amble-signing.pem", pem)
+                .replace("amble-2026-12", &user)
+                .replace("USER", &user);
+            let path = files.write(&format!("{user}.{ext}"), script.as_bytes());
+            let out = Command::new(program)
+                .arg(&path)
+                .output()
+                .await
+                .unwrap_or_else(|err| {
+                    panic!("{program}: {err} (scripts/test installs nodejs, python3-jwt and python3-cryptography)")
+                });
+            assert!(
+                out.status.success(),
+                "{program} {user}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout = String::from_utf8(out.stdout).expect("utf-8");
+            let mut lines = stdout.lines();
+            let set: serde_json::Value =
+                serde_json::from_str(lines.next().expect("the key set")).expect("json");
+            keys.extend(set["keys"].as_array().expect("keys").iter().cloned());
+            tokens.push((user, lines.next().expect("a token").to_owned()));
+        }
+    }
+    let provider = JwksServer::start(Serve::Keys(key_set(&keys))).await;
+    let url = provider.url();
+    let server = TestServer::with(config(|c| c.auth.auth_jwks_url = Some(url))).await;
+    assert_eq!(server.metric("amble_auth_jwks_keys").await, 4.0);
+    for (user, token) in &tokens {
+        let mut c = server.client().await;
+        let welcome = join_with(&mut c, &format!("team-{user}"), "", token).await;
+        assert_eq!(names(&welcome)[..], [user.as_str()]);
     }
     server.stop().await;
 }

@@ -1,6 +1,8 @@
-//! Several keys chosen by `kid`, from a JSON Web Key Set file
-//! (`--auth-jwks-file`), re-read when it changes, so keys rotate without a
-//! restart: an identity provider's published keys, or an app's own.
+//! Several keys chosen by `kid`, from a JSON Web Key Set: a file
+//! (`--auth-jwks-file`), re-read when it changes, or a URL
+//! (`--auth-jwks-url`, [`remote`], fetched by [`fetch`]), fetched again on a
+//! schedule and for an unknown `kid`; so keys rotate without a restart: an
+//! identity provider's published keys, or an app's own.
 //!
 //! [`KeySet::parse`] is pure (bytes in, keys or an error out);
 //! [`JwksFile`] looks at the file's modification time at most once per
@@ -13,10 +15,12 @@ use std::str::FromStr as _;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime};
 
-use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, JwkSet};
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk, PublicKeyUse};
 use jsonwebtoken::{Algorithm, DecodingKey};
 use prometheus_client::metrics::counter::Counter;
 use tracing::{error, info};
+
+use super::{Admission, Refusal, TokenRules, Verifier, header_field};
 
 /// How often the file's modification time is looked at, at most.
 pub const RECHECK: Duration = Duration::from_secs(1);
@@ -28,44 +32,102 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 /// The keys of one version of the set, by `kid`.
 pub struct KeySet {
     keys: HashMap<String, (DecodingKey, Algorithm)>,
+    skipped: Vec<String>,
 }
 
 impl std::fmt::Debug for KeySet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let mut kids: Vec<&String> = self.keys.keys().collect();
-        kids.sort();
-        f.debug_struct("KeySet").field("kids", &kids).finish()
+        f.debug_struct("KeySet")
+            .field("kids", &self.kids())
+            .field("skipped", &self.skipped)
+            .finish()
+    }
+}
+
+/// Whether a set may hold shared (HS256) secrets: a file on the server's
+/// disk may, a set fetched from a URL (published for anyone to read) never.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Secrets {
+    Allowed,
+    Skipped,
+}
+
+/// Why a key set cannot be used. [`reason`](SetError::reason) labels it
+/// in `amble_auth_jwks_fetch_failures_total`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SetError {
+    /// Not JSON, or not `{"keys": [...]}`.
+    #[error("not a JWKS: {0}")]
+    NotJson(String),
+    /// More keys than [`MAX_KEYS`].
+    #[error("more than {MAX_KEYS} keys")]
+    TooMany,
+    /// Two keys under one `kid`: which one a token means is unknowable.
+    #[error("kid {0} twice")]
+    Twice(String),
+    /// No key amble can verify tokens with; each skipped one says why.
+    #[error("the set has no usable key{}", skipped_list(.skipped))]
+    NoKey { skipped: Vec<String> },
+}
+
+fn skipped_list(skipped: &[String]) -> String {
+    if skipped.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", skipped.join("; "))
+    }
+}
+
+impl SetError {
+    /// `json` or `keys`.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Self::NotJson(_) => "json",
+            _ => "keys",
+        }
     }
 }
 
 impl KeySet {
-    /// Reads a JWKS (`{"keys": [...]}`): every key needs a `kid`; its
-    /// algorithm is its `alg`, or follows its type (RSA: RS256, Ed25519:
-    /// EdDSA, P-256: ES256, P-384: ES384, a symmetric key: HS256).
-    pub fn parse(bytes: &[u8]) -> Result<Self, String> {
-        let set: JwkSet =
-            serde_json::from_slice(bytes).map_err(|err| format!("not a JWKS: {err}"))?;
-        if set.keys.is_empty() {
-            return Err("the set has no key".into());
+    /// Reads a JWKS (`{"keys": [...]}`) from a file: see
+    /// [`parse_with`](Self::parse_with).
+    pub fn parse(bytes: &[u8]) -> Result<Self, SetError> {
+        Self::parse_with(bytes, Secrets::Allowed)
+    }
+
+    /// Reads a JWKS (`{"keys": [...]}`). A key's algorithm is its `alg`,
+    /// or follows its type (RSA: RS256, Ed25519: EdDSA, P-256: ES256, P-384:
+    /// ES384, a symmetric key: HS256). Keys amble cannot use are skipped,
+    /// each with its reason ([`skipped`](Self::skipped)): no `kid`, `use:
+    /// enc`, an encryption or unknown algorithm, a key type it does not
+    /// know, a shared secret under [`Secrets::Skipped`]. A set with no key
+    /// left, more than [`MAX_KEYS`], or a `kid` twice is refused.
+    pub fn parse_with(bytes: &[u8], secrets: Secrets) -> Result<Self, SetError> {
+        #[derive(serde::Deserialize)]
+        struct Raw {
+            keys: Vec<serde_json::Value>,
         }
-        if set.keys.len() > MAX_KEYS {
-            return Err(format!("more than {MAX_KEYS} keys"));
+        let raw: Raw =
+            serde_json::from_slice(bytes).map_err(|err| SetError::NotJson(err.to_string()))?;
+        if raw.keys.len() > MAX_KEYS {
+            return Err(SetError::TooMany);
         }
         let mut keys = HashMap::new();
-        for jwk in &set.keys {
-            let kid = jwk
-                .common
-                .key_id
-                .clone()
-                .filter(|k| !k.is_empty())
-                .ok_or("a key without a kid")?;
-            let alg = algorithm(jwk).ok_or_else(|| format!("key {kid}: no usable algorithm"))?;
-            let key = DecodingKey::from_jwk(jwk).map_err(|err| format!("key {kid}: {err}"))?;
-            if keys.insert(kid.clone(), (key, alg)).is_some() {
-                return Err(format!("kid {kid} twice"));
+        let mut skipped = Vec::new();
+        for (i, value) in raw.keys.into_iter().enumerate() {
+            match usable(value, secrets) {
+                Ok((kid, key, alg)) => {
+                    if keys.insert(kid.clone(), (key, alg)).is_some() {
+                        return Err(SetError::Twice(kid));
+                    }
+                }
+                Err(why) => skipped.push(format!("key {i}: {why}")),
             }
         }
-        Ok(Self { keys })
+        if keys.is_empty() {
+            return Err(SetError::NoKey { skipped });
+        }
+        Ok(Self { keys, skipped })
     }
 
     /// The key and algorithm for `kid`.
@@ -82,6 +144,43 @@ impl KeySet {
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
     }
+
+    /// The `kid`s, sorted.
+    pub fn kids(&self) -> Vec<&str> {
+        let mut kids: Vec<&str> = self.keys.keys().map(String::as_str).collect();
+        kids.sort_unstable();
+        kids
+    }
+
+    /// The keys left out, each with why.
+    pub fn skipped(&self) -> &[String] {
+        &self.skipped
+    }
+}
+
+/// One key of a set, when amble can verify tokens with it.
+fn usable(
+    value: serde_json::Value,
+    secrets: Secrets,
+) -> Result<(String, DecodingKey, Algorithm), String> {
+    let jwk: Jwk = serde_json::from_value(value).map_err(|err| format!("not a key: {err}"))?;
+    let kid = jwk
+        .common
+        .key_id
+        .clone()
+        .filter(|k| !k.is_empty())
+        .ok_or("a key without a kid")?;
+    if matches!(jwk.common.public_key_use, Some(PublicKeyUse::Encryption)) {
+        return Err(format!("kid {kid} is for encryption (use: enc)"));
+    }
+    if secrets == Secrets::Skipped && matches!(jwk.algorithm, AlgorithmParameters::OctetKey(_)) {
+        return Err(format!(
+            "kid {kid} is a shared secret (kty: oct), never taken from a published set"
+        ));
+    }
+    let alg = algorithm(&jwk).ok_or_else(|| format!("kid {kid}: no usable algorithm"))?;
+    let key = DecodingKey::from_jwk(&jwk).map_err(|err| format!("kid {kid}: {err}"))?;
+    Ok((kid, key, alg))
 }
 
 /// A key's algorithm: its `alg`, else from its type.
@@ -176,5 +275,62 @@ fn read(path: &Path) -> Result<(KeySet, Option<SystemTime>), String> {
         return Err(format!("larger than {MAX_FILE_BYTES} bytes"));
     }
     let bytes = std::fs::read(path).map_err(|err| format!("cannot read it: {err}"))?;
-    Ok((KeySet::parse(&bytes)?, meta.modified().ok()))
+    let set = KeySet::parse(&bytes).map_err(|err| err.to_string())?;
+    Ok((set, meta.modified().ok()))
 }
+
+/// Where a key set comes from.
+#[derive(Debug)]
+pub enum KeySource {
+    /// `--auth-jwks-file`.
+    File(JwksFile),
+    /// `--auth-jwks-url`.
+    Url(remote::JwksUrl),
+}
+
+impl std::fmt::Display for KeySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::File(file) => write!(f, "{}", file.path().display()),
+            Self::Url(url) => write!(f, "{}", url.target()),
+        }
+    }
+}
+
+/// Checks Join tokens with the key their `kid` names in a key set.
+#[derive(Debug)]
+pub struct JwksVerifier {
+    source: KeySource,
+    rules: TokenRules,
+}
+
+impl JwksVerifier {
+    /// A verifier reading keys from `source`, for tokens that follow
+    /// `rules`.
+    pub fn new(source: KeySource, rules: TokenRules) -> Self {
+        Self { source, rules }
+    }
+
+    /// Where the key set comes from.
+    pub fn source(&self) -> &KeySource {
+        &self.source
+    }
+
+    /// Verifies `token` with the key its `kid` names, and checks that it
+    /// allows `room`.
+    pub fn admit(&self, token: &str, room: &str) -> Result<Admission, Refusal> {
+        if token.is_empty() {
+            return Err(Refusal::Missing);
+        }
+        let kid = header_field(token, "kid").ok_or(Refusal::UnknownKey)?;
+        let set = match &self.source {
+            KeySource::File(file) => file.current(),
+            KeySource::Url(url) => url.current(),
+        };
+        let (key, alg) = set.get(&kid).ok_or(Refusal::UnknownKey)?;
+        Verifier::with_rules(key.clone(), *alg, &self.rules).admit(token, room)
+    }
+}
+
+pub mod fetch;
+pub mod remote;

@@ -378,6 +378,8 @@ fn token_rules_without_a_key_refuse_the_start() {
         auth_hs256_secret_file: None,
         auth_public_key_file: None,
         auth_jwks_file: None,
+        auth_jwks_url: None,
+        auth_jwks_refresh_secs: jwks::remote::REFRESH_SECS,
         auth_audience: vec!["amble".into()],
         auth_issuer: Vec::new(),
         auth_leeway_secs: LEEWAY_SECS,
@@ -385,7 +387,7 @@ fn token_rules_without_a_key_refuse_the_start() {
     let err = Gate::from_config(&config, Counter::default()).expect_err("no key");
     assert_eq!(
         err.to_string(),
-        "--auth-audience needs --auth-hs256-secret-file, --auth-public-key-file or --auth-jwks-file: without a key no token is read"
+        "--auth-audience needs --auth-hs256-secret-file, --auth-public-key-file, --auth-jwks-file or --auth-jwks-url: without a key no token is read"
     );
 }
 
@@ -445,14 +447,16 @@ fn a_key_set_picks_the_key_by_kid_and_its_algorithm() {
     assert!(set.get("other").is_none());
     // Bad sets are refused with a reason.
     for (bad, why) in [
-        (r#"{"keys": []}"#, "the set has no key"),
+        (r#"{"keys": []}"#, "the set has no usable key"),
         ("not json", "not a JWKS"),
         (
             r#"{"keys": [{"kty": "oct", "k": "c2VjcmV0"}]}"#,
             "a key without a kid",
         ),
     ] {
-        let err = jwks::KeySet::parse(bad.as_bytes()).expect_err(bad);
+        let err = jwks::KeySet::parse(bad.as_bytes())
+            .expect_err(bad)
+            .to_string();
         assert!(err.contains(why), "{bad}: {err}");
     }
 }
@@ -469,6 +473,8 @@ fn a_key_set_file_rotates_without_a_restart_and_keeps_the_last_good_set() {
         auth_hs256_secret_file: None,
         auth_public_key_file: None,
         auth_jwks_file: Some(path.clone()),
+        auth_jwks_url: None,
+        auth_jwks_refresh_secs: jwks::remote::REFRESH_SECS,
         auth_audience: Vec::new(),
         auth_issuer: Vec::new(),
         auth_leeway_secs: LEEWAY_SECS,
@@ -490,7 +496,9 @@ fn a_key_set_file_rotates_without_a_restart_and_keeps_the_last_good_set() {
     let Gate::Jwks(verifier) = &gate else {
         panic!("a key set gate")
     };
-    let file = &verifier.file;
+    let KeySource::File(file) = verifier.source() else {
+        panic!("a key set file")
+    };
     let t0 = std::time::Instant::now();
     std::fs::write(&path, jwks(&[("ed-1", &ed, Algorithm::EdDSA)])).expect("write");
     bump_mtime(&path);
@@ -564,4 +572,210 @@ fn the_data_claim_is_an_object_of_strings_within_the_rules() {
     assert!(admitted.share_sub);
     let plain = mint_hs256(SECRET, &claims("user-1")).expect("mint");
     assert!(!hs256().admit(&plain, "lobby").expect("admitted").share_sub);
+}
+
+/// Issue #19: a provider's published set holds keys amble cannot use (an
+/// encryption key, an algorithm it does not verify); they are skipped, not
+/// a reason to refuse the whole set. A shared secret is never taken from a
+/// published set.
+#[test]
+fn a_published_set_skips_keys_it_cannot_use_and_shared_secrets() {
+    let rsa = EncodingKey::from_rsa_pem(&keys("rsa-private.pem")).expect("rsa");
+    let mut sig = jsonwebtoken::jwk::Jwk::from_encoding_key(&rsa, Algorithm::RS256).expect("jwk");
+    sig.common.key_id = Some("sig".into());
+    let mut sig = serde_json::to_value(sig).expect("json");
+    sig["use"] = "sig".into();
+    let mut enc = sig.clone();
+    enc["kid"] = "enc".into();
+    enc["use"] = "enc".into();
+    enc["alg"] = "RSA-OAEP".into();
+    let mut oaep = sig.clone();
+    oaep["kid"] = "oaep".into();
+    oaep["use"] = serde_json::Value::Null;
+    oaep["alg"] = "RSA-OAEP-256".into();
+    let odd = serde_json::json!({ "kty": "XYZ", "kid": "odd" });
+    let secret = serde_json::json!({ "kty": "oct", "kid": "hs", "k": "c2VjcmV0LXNlY3JldC1zZWNyZXQtc2VjcmV0LXNlY3JldA" });
+    let doc = serde_json::json!({ "keys": [sig, enc, oaep, odd, secret] }).to_string();
+
+    let published =
+        jwks::KeySet::parse_with(doc.as_bytes(), jwks::Secrets::Skipped).expect("a set");
+    assert_eq!(published.kids(), ["sig"]);
+    let skipped = published.skipped();
+    assert_eq!(skipped.len(), 4, "{skipped:?}");
+    assert!(
+        skipped[0].contains("kid enc is for encryption"),
+        "{skipped:?}"
+    );
+    assert!(
+        skipped[1].contains("kid oaep: no usable algorithm"),
+        "{skipped:?}"
+    );
+    assert!(skipped[2].starts_with("key 3: not a key"), "{skipped:?}");
+    assert!(
+        skipped[3].contains("kid hs is a shared secret"),
+        "{skipped:?}"
+    );
+    // A file on the server's own disk may hold a shared secret.
+    let file = jwks::KeySet::parse(doc.as_bytes()).expect("a set");
+    assert_eq!(file.kids(), ["hs", "sig"]);
+
+    // Only unusable keys: refused, with every reason; reasons label metrics.
+    let none = serde_json::json!({ "keys": [enc_only()] }).to_string();
+    let err = jwks::KeySet::parse_with(none.as_bytes(), jwks::Secrets::Skipped).expect_err("none");
+    assert_eq!(err.reason(), "keys");
+    assert!(
+        err.to_string()
+            .starts_with("the set has no usable key: key 0: kid e is for encryption"),
+        "{err}"
+    );
+    let twice = serde_json::json!({ "keys": [published_rsa("a"), published_rsa("a")] }).to_string();
+    assert_eq!(
+        jwks::KeySet::parse(twice.as_bytes()).expect_err("twice"),
+        jwks::SetError::Twice("a".into())
+    );
+    let many: Vec<_> = (0..=jwks::MAX_KEYS)
+        .map(|i| published_rsa(&i.to_string()))
+        .collect();
+    let many = serde_json::json!({ "keys": many }).to_string();
+    assert_eq!(
+        jwks::KeySet::parse(many.as_bytes()).expect_err("many"),
+        jwks::SetError::TooMany
+    );
+    assert_eq!(
+        jwks::KeySet::parse(b"[1, 2]").expect_err("json").reason(),
+        "json"
+    );
+}
+
+fn published_rsa(kid: &str) -> serde_json::Value {
+    let rsa = EncodingKey::from_rsa_pem(&keys("rsa-private.pem")).expect("rsa");
+    let mut jwk = jsonwebtoken::jwk::Jwk::from_encoding_key(&rsa, Algorithm::RS256).expect("jwk");
+    jwk.common.key_id = Some(kid.into());
+    serde_json::to_value(jwk).expect("json")
+}
+
+fn enc_only() -> serde_json::Value {
+    let mut jwk = published_rsa("e");
+    jwk["use"] = "enc".into();
+    jwk
+}
+
+#[test]
+fn a_key_set_url_is_https_or_loopback_http() {
+    use jwks::fetch::Target;
+    for ok in [
+        "https://id.example.com/.well-known/jwks.json",
+        "https://id.example.com:8443/certs?x=1",
+        "http://127.0.0.1:8080/jwks.json",
+        "http://127.3.4.5/jwks.json",
+        "http://[::1]:9000/jwks.json",
+        "http://localhost/jwks.json",
+    ] {
+        assert!(Target::parse(ok).is_ok(), "{ok}");
+    }
+    assert!(
+        Target::parse("https://id.example.com/k")
+            .expect("https")
+            .tls()
+    );
+    assert!(!Target::parse("http://127.0.0.1/k").expect("http").tls());
+    let refused = |url: &str| Target::parse(url).expect_err(url);
+    assert_eq!(
+        refused("http://id.example.com/jwks.json"),
+        "plain http is accepted only for a loopback host (127.0.0.1, [::1], localhost: a test \
+         or a sidecar); use https://id.example.com/jwks.json"
+    );
+    assert!(refused("http://10.0.0.1/k").contains("only for a loopback host"));
+    assert!(refused("http://[::2]/k").contains("only for a loopback host"));
+    assert!(refused("ftp://id.example.com/k").contains("must start with https://"));
+    assert!(refused("/jwks.json").contains("no host"));
+    assert!(refused("https://user:pw@id.example.com/k").contains("credentials"));
+    assert!(refused("not a url at all").contains("not a URL"));
+}
+
+#[test]
+fn cache_control_max_age_is_read() {
+    use jwks::fetch::max_age;
+    use std::time::Duration;
+    assert_eq!(
+        max_age("public, max-age=19874, must-revalidate"),
+        Some(Duration::from_secs(19_874))
+    );
+    assert_eq!(max_age("max-age=60"), Some(Duration::from_secs(60)));
+    assert_eq!(max_age("Max-Age=\"60\""), Some(Duration::from_secs(60)));
+    assert_eq!(max_age("no-store, max-age=600"), Some(Duration::ZERO));
+    assert_eq!(max_age("no-cache"), Some(Duration::ZERO));
+    assert_eq!(max_age("public"), None);
+    assert_eq!(max_age("max-age=soon"), None);
+}
+
+#[test]
+fn refreshes_follow_the_interval_max_age_and_failures() {
+    use jwks::remote::{after_failure, after_success};
+    use std::time::Duration;
+    let s = Duration::from_secs;
+    let interval = s(300);
+    assert_eq!(after_success(interval, None), s(300));
+    assert_eq!(after_success(interval, Some(s(60))), s(60));
+    // max-age never lengthens the interval, nor goes under 10 s.
+    assert_eq!(after_success(interval, Some(s(20_000))), s(300));
+    assert_eq!(after_success(interval, Some(s(0))), s(10));
+    // Failures: 5 s, doubled, up to the interval.
+    let waits: Vec<u64> = (1..=8)
+        .map(|n| after_failure(interval, n).as_secs())
+        .collect();
+    assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300]);
+    assert_eq!(after_failure(interval, u32::MAX), s(300));
+    assert_eq!(after_failure(s(3), 1), s(3));
+}
+
+#[test]
+fn unknown_kids_ask_for_a_fetch_at_most_once_per_gap() {
+    use jwks::remote::{Ask, REFETCH_GAP, Refetch};
+    use std::time::Duration;
+    let t0 = tokio::time::Instant::now();
+    let mut r = Refetch::default();
+    assert_eq!(r.ask(t0), Ask::Fetch);
+    // Under way: others wait for the same fetch.
+    assert_eq!(r.ask(t0 + Duration::from_millis(5)), Ask::Wait);
+    r.done();
+    assert_eq!(r.ask(t0 + Duration::from_secs(1)), Ask::No);
+    assert_eq!(r.ask(t0 + REFETCH_GAP - Duration::from_millis(1)), Ask::No);
+    assert_eq!(r.ask(t0 + REFETCH_GAP), Ask::Fetch);
+    r.done();
+    assert_eq!(r.ask(t0 + REFETCH_GAP + Duration::from_secs(29)), Ask::No);
+}
+
+#[test]
+fn fetch_failures_have_a_reason_and_only_the_network_is_retried_at_start() {
+    use jwks::fetch::FetchError;
+    let cases = [
+        (
+            FetchError::Connect {
+                host: "h".into(),
+                port: 443,
+                why: "refused".into(),
+            },
+            "connect",
+            true,
+        ),
+        (FetchError::Timeout, "timeout", true),
+        (FetchError::Http("closed".into()), "http", true),
+        (FetchError::Status(503), "status", true),
+        (FetchError::Status(429), "status", true),
+        (FetchError::Status(404), "status", false),
+        (FetchError::Status(302), "status", false),
+        (FetchError::Tls("unknown issuer".into()), "tls", false),
+        (FetchError::TooLarge, "too_large", false),
+        (
+            FetchError::Set(jwks::SetError::NotJson("x".into())),
+            "json",
+            false,
+        ),
+        (FetchError::Set(jwks::SetError::TooMany), "keys", false),
+    ];
+    for (err, reason, transient) in cases {
+        assert_eq!(err.reason(), reason, "{err}");
+        assert_eq!(err.transient(), transient, "{err}");
+    }
 }

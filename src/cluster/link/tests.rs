@@ -595,7 +595,7 @@ async fn an_opening_waits_for_every_live_peer_not_for_any_answer() {
         s.urls = vec![nats.url()];
         s.heartbeat = Duration::from_millis(100);
         s.node_timeout = Duration::from_secs(60);
-        s.snapshot_timeout = Duration::from_secs(2);
+        s.snapshot_timeout = Duration::from_secs(6);
         s
     };
     let mut a = Node::with(settings("a", 1), &[]).await;
@@ -642,7 +642,8 @@ async fn an_opening_waits_for_every_live_peer_not_for_any_answer() {
     within("the answers", answer).await.expect("answered");
     let from: Vec<&str> = fulls.iter().map(|u| &*u.origin.node).collect();
     assert_eq!(from, ["x", "b"], "both answers, b's awaited");
-    // Ended by b's answer, not by the deadline.
-    assert!(started.elapsed() < Duration::from_millis(1_500));
+    // Ended by b's answer, not by the deadline (6 s: a generous one, as the
+    // answers go through a test task and NATS on a busy machine).
+    assert!(started.elapsed() < Duration::from_secs(5));
     a.cluster.close("shared");
 }
