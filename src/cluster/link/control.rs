@@ -6,10 +6,10 @@ use std::sync::Arc;
 
 use async_nats::Subscriber;
 use futures_util::StreamExt as _;
-use tracing::{debug, error, info, warn};
+use tracing::{error, info, warn};
 
 use super::heartbeat::{observe, to_rooms};
-use super::outbound::{received, send_within};
+use super::outbound::{bad, received, send_within};
 use super::repair::full_soon;
 use super::subscribe::{RETRY_FIRST, RETRY_MAX};
 use crate::cluster::wire::{self, cpb};
@@ -80,18 +80,6 @@ fn on_heartbeat(cluster: &Cluster, payload: &[u8]) {
         return;
     }
     observe(cluster, &beat.origin);
-}
-
-pub(super) fn bad(cluster: &Cluster, err: &wire::WireError) {
-    cluster.metrics.cluster_bad_messages.inc();
-    if let wire::WireError::Slots { ours, theirs } = err {
-        error!(
-            ours,
-            theirs, "cluster: a node uses another --cluster-slots; its messages are dropped"
-        );
-    } else {
-        debug!(%err, "cluster message dropped");
-    }
 }
 
 /// The room named by a subject's last token, checked.

@@ -10,10 +10,10 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::{debug, warn};
+use tracing::{debug, error, warn};
 
 use crate::cluster::Cluster;
-use crate::cluster::wire::Origin;
+use crate::cluster::wire::{self, Origin};
 
 /// Drains the outgoing queue into NATS. Only this task waits on NATS.
 pub(super) async fn publisher(cluster: Arc<Cluster>, mut rx: mpsc::Receiver<(Subject, Bytes)>) {
@@ -56,6 +56,19 @@ pub(super) async fn send_within(
 pub(super) fn received(cluster: &Cluster, bytes: usize) {
     cluster.metrics.cluster_messages_received.inc();
     cluster.metrics.cluster_bytes_received.inc_by(bytes as u64);
+}
+
+/// Counts a message from NATS that is not what its subject carries.
+pub(super) fn bad(cluster: &Cluster, err: &wire::WireError) {
+    cluster.metrics.cluster_bad_messages.inc();
+    if let wire::WireError::Slots { ours, theirs } = err {
+        error!(
+            ours,
+            theirs, "cluster: a node uses another --cluster-slots; its messages are dropped"
+        );
+    } else {
+        debug!(%err, "cluster message dropped");
+    }
 }
 
 /// Publishes a request and hands each answer to `accept`, until every

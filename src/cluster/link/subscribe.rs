@@ -10,9 +10,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, warn};
 
-use super::control::bad;
 use super::heartbeat::observe;
-use super::outbound::received;
+use super::outbound::{bad, received};
 use crate::cluster::wire;
 use crate::cluster::{Cluster, Inbound, lock};
 
