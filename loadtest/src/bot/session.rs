@@ -344,7 +344,7 @@ impl<'a> Session<'a> {
                     );
                 }
                 Some(Body::Error(error)) => server_error = Some(Some(error.code)),
-                // Bots join with tokens that outlive a run, if with any.
+                // Bots join without a token: nothing of theirs expires.
                 Some(
                     Body::Welcome(_)
                     | Body::Pong(_)
