@@ -24,7 +24,7 @@ use tungstenite::protocol::CloseFrame;
 
 use crate::access::addresses::Client;
 use crate::access::auth::data_claim;
-use crate::access::auth::refresh::{Expiry, NOTICE_LEAD};
+use crate::access::auth::refresh::{Expiry, NOTICE_LEAD, expires_at_ms};
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -687,10 +687,7 @@ impl Connection {
                 format!("invalid data: the Join's data and the token's data claim together: {err}"),
             )
         })?;
-        let token_expires_at_ms = admission
-            .expires_at
-            .take()
-            .map_or(0, |exp| exp.saturating_mul(1000));
+        let token_expires_at_ms = admission.expires_at.take().map_or(0, expires_at_ms);
         Ok(Arrival {
             token_expires_at_ms,
             name,
@@ -735,8 +732,7 @@ impl Connection {
             Ok(admitted) => admitted,
             Err((code, text)) => return self.refuse(code, text).await,
         };
-        let expires_at =
-            (arrival.token_expires_at_ms > 0).then_some(arrival.token_expires_at_ms / 1000);
+        let expires_at = (arrival.token_expires_at_ms > 0).then_some(arrival.token_expires_at_ms);
         let user = arrival.user.clone();
         if let Err(at) = self.shared.addresses.admit_join(&self.client, now) {
             let wait = at.saturating_duration_since(now).as_millis();
@@ -762,11 +758,11 @@ impl Connection {
         }
     }
 
-    /// The token clock of a token whose `exp` is `exp_secs`: its notice
-    /// first.
-    fn token_clock(&self, exp_secs: u64) -> TokenClock {
+    /// The token clock of a token expiring at `expires_at_ms` (as the
+    /// wire says it): its notice first.
+    fn token_clock(&self, expires_at_ms: u64) -> TokenClock {
         let leeway = self.shared.config.auth.auth_leeway_secs;
-        let expiry = Expiry::new(exp_secs, leeway, NOTICE_LEAD);
+        let expiry = Expiry::new(expires_at_ms, leeway, NOTICE_LEAD);
         TokenClock {
             expiry,
             noticed: false,
@@ -821,8 +817,8 @@ impl Connection {
         {
             Ok(exp) => {
                 metrics.auth_refreshed.inc();
-                self.token = exp.map(|exp| self.token_clock(exp));
-                let expires_at_ms = exp.map_or(0, |exp| exp.saturating_mul(1000));
+                let expires_at_ms = exp.map_or(0, expires_at_ms);
+                self.token = exp.map(|_| self.token_clock(expires_at_ms));
                 debug!(expires_at_ms, "token refreshed");
                 let reply =
                     encode_server(Body::TokenRefreshed(pb::TokenRefreshed { expires_at_ms }));

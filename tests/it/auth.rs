@@ -1116,3 +1116,24 @@ async fn refreshes_have_a_budget_and_a_flood_closes_the_connection() {
     assert!(limited > 0);
     assert_eq!(c.expect_close().await, 1008);
 }
+
+#[tokio::test]
+async fn a_token_expiring_at_the_end_of_time_is_served_and_refreshed() {
+    let files = Files::new("far-exp");
+    let server = strict_server(&files).await;
+    let mut c = server.client().await;
+    let far = Claims {
+        // Half a billion years ahead: the timer neither overflows nor
+        // fires, and the time sent is capped where JavaScript still counts
+        // exactly (2^53 - 1 ms).
+        exp: u64::MAX / 1000,
+        ..claims("ada")
+    };
+    const MAX_SAFE: u64 = (1 << 53) - 1;
+    let w = join_with(&mut c, "lobby", "Ada", &token(&far)).await;
+    assert_eq!(w.token_expires_at_ms, MAX_SAFE);
+    c.ping().await;
+    send_refresh(&mut c, &token(&far)).await;
+    assert_eq!(expect_refreshed(&mut c).await, MAX_SAFE);
+    c.ping().await;
+}

@@ -17,6 +17,17 @@ use crate::protocol::ErrorCode;
 /// (at once when less is left).
 pub const NOTICE_LEAD: Duration = Duration::from_secs(60);
 
+/// The latest expiry sent on the wire, ms: 2^53 − 1, the largest integer
+/// a JavaScript Number holds exactly (the SDK refuses a larger uint64).
+/// Later than the year 285,000, so a session capped to it never ends.
+pub const MAX_EXPIRES_AT_MS: u64 = (1 << 53) - 1;
+
+/// A token's `exp` (seconds) as the wire's `expires_at_ms`: in ms, at most
+/// [`MAX_EXPIRES_AT_MS`].
+pub fn expires_at_ms(exp_secs: u64) -> u64 {
+    exp_secs.saturating_mul(1000).min(MAX_EXPIRES_AT_MS)
+}
+
 /// When a session's token runs out, each in ms since the Unix epoch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expiry {
@@ -31,10 +42,10 @@ pub struct Expiry {
 }
 
 impl Expiry {
-    /// The expiry of a token whose `exp` is `exp_secs`, with the server's
-    /// leeway and the notice's lead.
-    pub fn new(exp_secs: u64, leeway_secs: u64, lead: Duration) -> Self {
-        let expires_at_ms = exp_secs.saturating_mul(1000);
+    /// The expiry of a token that expires at `expires_at_ms` (its `exp`
+    /// through [`expires_at_ms`]), with the server's leeway and the
+    /// notice's lead.
+    pub fn new(expires_at_ms: u64, leeway_secs: u64, lead: Duration) -> Self {
         let lead_ms = u64::try_from(lead.as_millis()).unwrap_or(u64::MAX);
         Self {
             expires_at_ms,
@@ -141,7 +152,7 @@ mod tests {
     fn the_notice_comes_a_lead_before_exp_and_the_end_a_leeway_after() {
         let lead = Duration::from_secs(60);
         assert_eq!(
-            Expiry::new(1_000, 30, lead),
+            Expiry::new(1_000_000, 30, lead),
             Expiry {
                 expires_at_ms: 1_000_000,
                 notice_at_ms: 940_000,
@@ -149,12 +160,22 @@ mod tests {
             }
         );
         // Less left than the lead: a notice time long past, so at once.
-        assert_eq!(Expiry::new(10, 0, lead).notice_at_ms, 0);
-        assert_eq!(Expiry::new(10, 0, lead).ends_at_ms, 10_000);
-        // No overflow at the edges.
-        let far = Expiry::new(u64::MAX, 600, lead);
-        assert_eq!(far.expires_at_ms, u64::MAX);
-        assert_eq!(far.ends_at_ms, u64::MAX);
+        assert_eq!(Expiry::new(10_000, 0, lead).notice_at_ms, 0);
+        assert_eq!(Expiry::new(10_000, 0, lead).ends_at_ms, 10_000);
+        // Capped where JavaScript still counts exactly; no overflow.
+        assert_eq!(expires_at_ms(1_764_600_600), 1_764_600_600_000);
+        assert_eq!(
+            expires_at_ms(MAX_EXPIRES_AT_MS / 1000),
+            9_007_199_254_740_000
+        );
+        assert_eq!(
+            expires_at_ms(MAX_EXPIRES_AT_MS / 1000 + 1),
+            MAX_EXPIRES_AT_MS
+        );
+        let far = Expiry::new(expires_at_ms(u64::MAX), 600, lead);
+        assert_eq!(far.expires_at_ms, MAX_EXPIRES_AT_MS);
+        assert_eq!(far.ends_at_ms, MAX_EXPIRES_AT_MS + 600_000);
+        assert_eq!(Expiry::new(u64::MAX, 600, lead).ends_at_ms, u64::MAX);
     }
 
     #[test]
