@@ -118,6 +118,14 @@ pub struct AuthConfig {
     #[arg(long, display_order = 62, env = "AMBLE_AUTH_LEEWAY_SECS",
           default_value_t = LEEWAY_SECS, value_parser = clap::value_parser!(u64).range(0..=600))]
     pub auth_leeway_secs: u64,
+
+    /// How long before its token expires a member is told
+    /// (`TokenExpiring`), so that its client can send a fresh one
+    /// (`RefreshToken`), seconds (1 to 3600; at once when less is left).
+    #[arg(long, display_order = 90, env = "AMBLE_AUTH_EXPIRY_NOTICE_SECS",
+          default_value_t = refresh::NOTICE_LEAD_SECS,
+          value_parser = clap::value_parser!(u64).range(1..=3_600))]
+    pub auth_expiry_notice_secs: u64,
 }
 
 /// What a token's registered claims must say, besides its signature and

@@ -483,6 +483,7 @@ mod tests {
                 "data-burst",
                 "auth-jwks-url",
                 "auth-jwks-refresh-secs",
+                "auth-expiry-notice-secs",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -24,7 +24,7 @@ use tungstenite::protocol::CloseFrame;
 
 use crate::access::addresses::Client;
 use crate::access::auth::data_claim;
-use crate::access::auth::refresh::{Expiry, NOTICE_LEAD, expires_at_ms};
+use crate::access::auth::refresh::{Expiry, expires_at_ms};
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -761,8 +761,9 @@ impl Connection {
     /// The token clock of a token expiring at `expires_at_ms` (as the
     /// wire says it): its notice first.
     fn token_clock(&self, expires_at_ms: u64) -> TokenClock {
-        let leeway = self.shared.config.auth.auth_leeway_secs;
-        let expiry = Expiry::new(expires_at_ms, leeway, NOTICE_LEAD);
+        let auth = &self.shared.config.auth;
+        let lead = Duration::from_secs(auth.auth_expiry_notice_secs);
+        let expiry = Expiry::new(expires_at_ms, auth.auth_leeway_secs, lead);
         TokenClock {
             expiry,
             noticed: false,

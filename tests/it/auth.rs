@@ -1137,3 +1137,34 @@ async fn a_token_expiring_at_the_end_of_time_is_served_and_refreshed() {
     assert_eq!(expect_refreshed(&mut c).await, MAX_SAFE);
     c.ping().await;
 }
+
+#[tokio::test]
+async fn the_notice_comes_its_lead_before_exp_not_at_once() {
+    let files = Files::new("notice-lead");
+    let path = files.write("secret", SECRET);
+    let server = TestServer::with(config(|c| {
+        c.auth.auth_hs256_secret_file = Some(path);
+        c.auth.auth_leeway_secs = 0;
+        c.auth.auth_expiry_notice_secs = 2;
+    }))
+    .await;
+    let mut c = server.client().await;
+    let short = expiring("ada", 4);
+    join_with(&mut c, "lobby", "Ada", &token(&short)).await;
+    // More than the lead is left: the Pong comes first, no notice yet.
+    c.send(C::Ping(pb::Ping { client_time_ms: 7 })).await;
+    match c.recv().await.body {
+        Some(S::Pong(p)) => assert_eq!(p.client_time_ms, 7),
+        other => panic!("expected Pong, got {other:?}"),
+    }
+    assert_eq!(expect_expiring(&mut c).await, short.exp * 1000);
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_millis();
+    assert!(
+        now_ms + 100 >= u128::from(short.exp) * 1000 - 2_000,
+        "the notice came more than 2 s early"
+    );
+    expect_expired(&mut c).await;
+}

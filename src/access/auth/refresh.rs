@@ -13,9 +13,10 @@ use std::time::Duration;
 use super::{Gate, Refusal};
 use crate::protocol::ErrorCode;
 
-/// How long before its token's `exp` a member gets `TokenExpiring`
-/// (at once when less is left).
-pub const NOTICE_LEAD: Duration = Duration::from_secs(60);
+/// How long before its token's `exp` a member gets `TokenExpiring`, seconds
+/// (at once when less is left), unless `--auth-expiry-notice-secs` says
+/// otherwise.
+pub const NOTICE_LEAD_SECS: u64 = 60;
 
 /// The latest expiry sent on the wire, ms: 2^53 − 1, the largest integer
 /// a JavaScript Number holds exactly (the SDK refuses a larger uint64).

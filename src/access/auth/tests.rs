@@ -383,6 +383,7 @@ fn token_rules_without_a_key_refuse_the_start() {
         auth_audience: vec!["amble".into()],
         auth_issuer: Vec::new(),
         auth_leeway_secs: LEEWAY_SECS,
+        auth_expiry_notice_secs: refresh::NOTICE_LEAD_SECS,
     };
     let err = Gate::from_config(&config, Counter::default()).expect_err("no key");
     assert_eq!(
@@ -478,6 +479,7 @@ fn a_key_set_file_rotates_without_a_restart_and_keeps_the_last_good_set() {
         auth_audience: Vec::new(),
         auth_issuer: Vec::new(),
         auth_leeway_secs: LEEWAY_SECS,
+        auth_expiry_notice_secs: refresh::NOTICE_LEAD_SECS,
     };
     let gate = Gate::from_config(&config, failures.clone()).expect("a gate");
     let by_rsa = signed_with("rsa-1", Algorithm::RS256, &rsa);
