@@ -131,7 +131,10 @@ export interface AmbleClientOptions {
    */
   pageLifecycle?: boolean;
   /** Where the pagehide/pageshow listeners go (globalThis in a browser). */
-  pageTarget?: Pick<EventTarget, 'addEventListener' | 'removeEventListener'>;
+  pageTarget?: {
+    addEventListener(type: string, listener: (event: { persisted?: boolean }) => void): void;
+    removeEventListener(type: string, listener: (event: { persisted?: boolean }) => void): void;
+  };
   /** Ping period (ms): clock sync, round trip, keepalive; 2000. */
   pingIntervalMs?: number;
   /** The backoff (any part of it), or false for no reconnect. */
