@@ -125,6 +125,16 @@ export interface AmbleClientOptions {
   maxExtrapolationMs?: number;
   /** How long a jump takes to ease out (ms); 400. */
   easeMs?: number;
+  /**
+   * In a browser: leave the room and close the socket on `pagehide`, rejoin
+   * on `pageshow` from the back/forward cache; true.
+   */
+  pageLifecycle?: boolean;
+  /** Where the pagehide/pageshow listeners go (globalThis in a browser). */
+  pageTarget?: {
+    addEventListener(type: string, listener: (event: { persisted?: boolean }) => void): void;
+    removeEventListener(type: string, listener: (event: { persisted?: boolean }) => void): void;
+  };
   /** Ping period (ms): clock sync, round trip, keepalive; 2000. */
   pingIntervalMs?: number;
   /** The backoff (any part of it), or false for no reconnect. */

@@ -6,8 +6,10 @@
 //! target/browser-artifacts/<test>/. [`demo`] is two people in a room;
 //! [`ux`] is what a newcomer meets first (issue 10's browser items);
 //! [`origin`] is the SDK in an app's own page on another origin, and
-//! docs/client.md's minimal page run as written.
+//! docs/client.md's minimal page run as written; [`bfcache`] is a page
+//! that navigates away and comes back from the back/forward cache.
 
+mod bfcache;
 mod cluster;
 mod data;
 mod demo;

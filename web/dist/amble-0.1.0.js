@@ -1848,6 +1848,7 @@ class AmbleClient {
     this.chatTokensAt = 0;
     this.dataTokens = 0;
     this.dataTokensAt = 0;
+    this.initPageLifecycle(options);
   }
 
   /** The server URL in use, or the one the next attempt goes to. */
@@ -1916,6 +1917,8 @@ class AmbleClient {
   /** Opens the connection (and keeps reopening it until close()). */
   connect() {
     this.active = true;
+    this.pageHidden = false;
+    this.listenToPage(true);
     if (this.ws || this.timers.reconnect !== null) return this;
     this.openSocket();
     return this;
@@ -1963,6 +1966,7 @@ class AmbleClient {
     if (this.state === State.CLOSED && !this.active && this.ws === null) return;
     this.active = false;
     this.wanted = null;
+    this.listenToPage(false);
     this.stopTimers();
     const ws = this.ws;
     this.ws = null;
@@ -2095,6 +2099,64 @@ class AmbleClient {
     this.timers.reconnect = null;
     this.openSocket();
     return true;
+  }
+
+  // ------------------------------------------------------- page lifecycle
+
+  /**
+   * `options.pageLifecycle` (default true, in a browser): on `pagehide` the
+   * client leaves its room and closes its socket (1000), so a page kept in
+   * the back/forward cache, or being unloaded, does not stay in the room;
+   * on `pageshow` from the cache it reconnects and rejoins as after a drop.
+   * `options.pageTarget` is where the listeners go (`globalThis` by default;
+   * tests give their own).
+   */
+  initPageLifecycle(options) {
+    const inBrowser =
+      typeof globalThis.addEventListener === 'function' &&
+      typeof globalThis.window !== 'undefined' &&
+      typeof globalThis.document !== 'undefined';
+    const target = options.pageTarget ?? (inBrowser ? globalThis : null);
+    if (target !== null && typeof target?.addEventListener !== 'function') {
+      throw new TypeError('options.pageTarget must have addEventListener and removeEventListener');
+    }
+    this.pageTarget = options.pageLifecycle === false ? null : target;
+    this.pageListening = false;
+    this.pageHidden = false; // left and closed on pagehide, until pageshow
+    this.onPageHide = () => {
+      if (!this.active || this.pageHidden) return;
+      this.pageHidden = true;
+      // Leave first, so the others see a Left at once; this.wanted and
+      // this.me stay, so pageshow rejoins as after a drop.
+      if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
+      this.stopTimers();
+      const ws = this.ws;
+      this.ws = null;
+      if (ws) {
+        detach(ws);
+        try {
+          ws.close(1000, 'page hidden');
+        } catch {
+          // Already closing.
+        }
+      }
+      this.attempt = 0;
+      this.setState(State.IDLE);
+    };
+    this.onPageShow = (event) => {
+      if (!event?.persisted || !this.active || !this.pageHidden) return;
+      this.pageHidden = false;
+      if (this.ws === null && this.timers.reconnect === null) this.openSocket();
+    };
+  }
+
+  /** Adds (`on`) or removes the pagehide/pageshow listeners; once each. */
+  listenToPage(on) {
+    if (this.pageTarget === null || this.pageListening === on) return;
+    this.pageListening = on;
+    const method = on ? 'addEventListener' : 'removeEventListener';
+    this.pageTarget[method]('pagehide', this.onPageHide);
+    this.pageTarget[method]('pageshow', this.onPageShow);
   }
 
   stopTimers() {

@@ -69,6 +69,11 @@ console.log(msg.welcome?.protocolRevision, msg.motion.length);
 const fromBundle = new bundled.AmbleClient({ url: 'ws://127.0.0.1:3000/ws', reconnect: false });
 console.log(fromBundle.state, bundled.VERSION, bundled.decodeMotion([0]).records);
 
+// The page lifecycle: off, or listened to on a target of your own (the window's fits).
+new AmbleClient({ pageLifecycle: false });
+new AmbleClient({ pageTarget: window });
+// @ts-expect-error: pageLifecycle is a boolean
+new AmbleClient({ pageLifecycle: 'on' });
 // @ts-expect-error: no such event
 client.on('nope', () => {});
 // @ts-expect-error: a `moved` handler gets a Member
