@@ -11,12 +11,13 @@
 //! member when frames had to be dropped. Every way the loop ends maps to
 //! one close code and one leave reason.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 use futures_util::{FutureExt as _, SinkExt as _, StreamExt as _};
-use tokio::time::{Instant, MissedTickBehavior, sleep_until, timeout};
+use tokio::time::{Instant, MissedTickBehavior, Sleep, sleep_until, timeout};
 use tokio_tungstenite::WebSocketStream;
 use tracing::{debug, trace};
 use tungstenite::Message;
@@ -161,14 +162,16 @@ struct Connection {
     membership: Option<Membership>,
     moves: Budget,
     chats: Budget,
-    /// SetData: each one is a frame to the whole room.
-    data: Budget,
+    /// SetData: each one is a frame to the whole room. Made at the first
+    /// one: most connections never send one, and every byte here is paid
+    /// per connection.
+    data: Option<Box<Budget>>,
     /// Joins: each one snapshots a room and tells all its members.
     joins: Budget,
-    /// RefreshTokens: each one verifies a signature.
-    refreshes: Budget,
+    /// RefreshTokens: each one verifies a signature. Made at the first.
+    refreshes: Option<Box<Budget>>,
     /// The member's token expiry; `None` without a member or a token.
-    token: Option<TokenClock>,
+    token: Option<Box<TokenClock>>,
     /// The member's user (its token's `sub`): a refresh must carry it.
     user: Option<Arc<str>>,
     /// Refused inputs; a client that keeps sending bad ones is closed.
@@ -207,13 +210,9 @@ pub async fn run(
             config.chat_burst,
             config.flood_factor,
         ),
-        data: Budget::new(
-            config.data_interval(),
-            config.data_burst,
-            config.flood_factor,
-        ),
+        data: None,
         joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
-        refreshes: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
+        refreshes: None,
         token: None,
         user: None,
         strikes: Gcra::new(Duration::from_secs(1), 20),
@@ -294,9 +293,10 @@ impl Connection {
         tokio::pin!(stall);
         // The member's token: its notice, then its end (re-armed when a
         // refresh moves it).
+        // Made for the first token with an expiry (a timer is as large as
+        // the rest of this task's state).
         let mut token_armed: Option<Instant> = None;
-        let token_timer = sleep_until(Instant::now());
-        tokio::pin!(token_timer);
+        let mut token_timer: Option<Pin<Box<Sleep>>> = None;
         let outbox = Arc::clone(&self.outbox);
         loop {
             let due = self.deferred.as_ref().map(|d| d.at);
@@ -309,7 +309,10 @@ impl Connection {
             let token_due = self.token.as_ref().map(|t| t.due);
             if token_due != token_armed {
                 if let Some(at) = token_due {
-                    token_timer.as_mut().reset(at);
+                    match &mut token_timer {
+                        Some(timer) => timer.as_mut().reset(at),
+                        None => token_timer = Some(Box::pin(sleep_until(at))),
+                    }
                 }
                 token_armed = token_due;
             }
@@ -343,7 +346,12 @@ impl Connection {
                     self.apply_deferred().await;
                     Ok(())
                 }
-                () = &mut token_timer, if token_armed.is_some() => {
+                () = async {
+                    match token_timer.as_mut() {
+                        Some(timer) => timer.as_mut().await,
+                        None => std::future::pending().await,
+                    }
+                }, if token_armed.is_some() => {
                     token_armed = None;
                     Box::pin(self.on_token_due()).await
                 }
@@ -594,7 +602,15 @@ impl Connection {
                         .refuse(ErrorCode::NotJoined, "SetData before Join")
                         .await;
                 };
-                match self.data.arrive(now) {
+                let session = &self.shared.config.session;
+                let budget = self.data.get_or_insert_with(|| {
+                    Box::new(Budget::new(
+                        session.data_interval(),
+                        session.data_burst,
+                        session.flood_factor,
+                    ))
+                });
+                match budget.arrive(now) {
                     Verdict::Apply => match m.set_data(&changes, &self.shared.rules).await {
                         Ok(()) => Ok(()),
                         Err(err) => {
@@ -747,7 +763,7 @@ impl Connection {
                     .record("member", m.id().0);
                 debug!("joined");
                 self.membership = Some(m);
-                self.token = expires_at.map(|exp| self.token_clock(exp));
+                self.token = expires_at.map(|exp| Box::new(self.token_clock(exp)));
                 self.user = user;
                 Ok(())
             }
@@ -799,7 +815,11 @@ impl Connection {
                 .await;
         };
         let room = m.room().to_owned();
-        match self.refreshes.arrive(now) {
+        let flood_factor = self.shared.config.session.flood_factor;
+        let budget = self
+            .refreshes
+            .get_or_insert_with(|| Box::new(Budget::new(JOIN_INTERVAL, JOIN_BURST, flood_factor)));
+        match budget.arrive(now) {
             Verdict::Apply => {}
             Verdict::Defer(at) => {
                 let wait = at.saturating_duration_since(now).as_millis();
@@ -819,7 +839,7 @@ impl Connection {
             Ok(exp) => {
                 metrics.auth_refreshed.inc();
                 let expires_at_ms = exp.map_or(0, expires_at_ms);
-                self.token = exp.map(|_| self.token_clock(expires_at_ms));
+                self.token = exp.map(|_| Box::new(self.token_clock(expires_at_ms)));
                 debug!(expires_at_ms, "token refreshed");
                 let reply =
                     encode_server(Body::TokenRefreshed(pb::TokenRefreshed { expires_at_ms }));
