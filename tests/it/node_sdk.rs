@@ -202,7 +202,10 @@ async fn the_installed_package_joins_by_name() {
     let welcome = ada.join("pkg-room", "Ada").await;
     assert_eq!(
         (welcome.server_version.as_str(), welcome.protocol_revision),
-        (env!("CARGO_PKG_VERSION"), 2)
+        (
+            env!("CARGO_PKG_VERSION"),
+            amble::protocol::PROTOCOL_REVISION
+        )
     );
     let mut child = Command::new("node")
         .arg("--experimental-websocket")
