@@ -961,6 +961,30 @@ async fn member_data_is_seen_on_the_other_node_at_join_on_change_and_in_snapshot
     assert_eq!(changes, 1);
 }
 
+/// Issue #19: where a member appears travels with it: a Join's start on
+/// one node is where the other node's members see it, in its Joined and in
+/// a late joiner's snapshot there.
+#[tokio::test]
+async fn a_start_position_is_seen_on_the_other_node() {
+    let c = Cluster::start(2).await;
+    let mut bo = Person::join(c.n(2), "start", "Bo").await;
+    let at = || pb::Position { x: 1_234, y: 4_321 };
+    let mut ada = Client::connect(&c.n(1).ws_url()).await;
+    ada.send(C::Join(pb::Join {
+        data: Vec::new(),
+        start: Some(at()),
+        room: "start".into(),
+        name: "Ada".into(),
+        token: String::new(),
+    }))
+    .await;
+    let id = ada.welcome().await.member_id;
+    bo.sees_join("Ada").await;
+    assert_eq!(bo.view[&id].position, Some(at()), "in the Joined on n2");
+    let cy = Person::join(c.n(2), "start", "Cy").await;
+    assert_eq!(cy.view[&id].position, Some(at()), "in a snapshot on n2");
+}
+
 /// A node that has just started (no heartbeat heard yet) still gives a
 /// complete Welcome: a restarted node's first joiners are the usual case.
 #[tokio::test]
