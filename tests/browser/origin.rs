@@ -301,10 +301,19 @@ async fn a_page_gets_the_sdk_three_ways_and_each_joins() {
                 &[],
             )
             .await;
+        let revision = amble::protocol::PROTOCOL_REVISION;
         for way in ["served", "bundle", "package"] {
             assert_eq!(ways[way]["me"], json!(way), "{ways}");
-            assert_eq!(ways[way]["sdk"], json!([version, 2]), "{way}: {ways}");
-            assert_eq!(ways[way]["server"], json!([version, 2]), "{way}: {ways}");
+            assert_eq!(
+                ways[way]["sdk"],
+                json!([version, revision]),
+                "{way}: {ways}"
+            );
+            assert_eq!(
+                ways[way]["server"],
+                json!([version, revision]),
+                "{way}: {ways}"
+            );
         }
         // One room: each way's client sees the other two come in.
         page.wait_for(
