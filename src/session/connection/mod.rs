@@ -10,6 +10,10 @@
 //! finishes writes the socket could not take at once, and resyncs its
 //! member when frames had to be dropped. Every way the loop ends maps to
 //! one close code and one leave reason.
+//!
+//! Here: the loop, its commands, pings and every ending; `join.rs`: a
+//! Join's token and claims settled, then the room; `token.rs`: the
+//! member's token after its Join (the notice, the end, a refresh).
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -24,18 +28,22 @@ use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
 
 use crate::access::addresses::Client;
-use crate::access::auth::data_claim;
-use crate::access::auth::refresh::{Expiry, expires_at_ms};
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
-    Command, Data, DecodeError, ErrorCode, LeaveReason, Motion, Position, check_position,
-    decode_client, encode_error, encode_server, pb, validate_name,
+    Command, DecodeError, ErrorCode, LeaveReason, Motion, decode_client, encode_error,
+    encode_server, pb,
 };
+use crate::room::Membership;
 use crate::room::sink::Frame;
-use crate::room::{Arrival, JoinError, Membership};
 use crate::server::shared::Shared;
 use crate::session::outbox::{Event, Outbox, WsIo};
+
+mod join;
+mod token;
+
+use join::Asked;
+use token::TokenClock;
 
 /// WebSocket close codes (RFC 6455 section 7.4.1).
 pub mod close {
@@ -130,23 +138,6 @@ enum PingKind {
     /// A WebSocket pong, answering the keepalive or unsolicited: nothing to
     /// withhold, only a flood is refused.
     Pong,
-}
-
-/// What a Join asks for: the token's claims may override each.
-struct Asked {
-    name: String,
-    start: Option<Position>,
-    data: Data,
-}
-
-/// The member's token: when it runs out, and the one instant the loop's
-/// token timer waits for (the notice, then the end).
-struct TokenClock {
-    expiry: Expiry,
-    /// Whether `TokenExpiring` was sent for this expiry.
-    noticed: bool,
-    /// `expiry.notice_at_ms`, then `expiry.ends_at_ms`, as an instant.
-    due: Instant,
 }
 
 /// A move held back by the throttle until `at`.
@@ -642,214 +633,6 @@ impl Connection {
                 }
                 None => self.refuse(ErrorCode::NotJoined, "Leave before Join").await,
             },
-        }
-    }
-
-    /// Checks a Join's token (when the server requires one) and settles the
-    /// name, the start and the data: the token's `name`, `start` and `data`
-    /// claims, else what the Join asked for (a `data` claim wins key by
-    /// key). Counts every refusal by reason.
-    fn admit(&self, room: &str, asked: Asked, token: &str) -> Result<Arrival, Refused> {
-        let Asked {
-            name: asked,
-            start: asked_start,
-            data: asked_data,
-        } = asked;
-        let metrics = &self.shared.metrics;
-        let mut admission = self.shared.gate.admit(token, room).map_err(|refusal| {
-            metrics.auth_refuse(refusal.reason());
-            debug!(reason = refusal.reason(), "token refused");
-            (refusal.code(), refusal.to_string())
-        })?;
-        if admission.user.is_some() {
-            metrics.auth_admitted.inc();
-        }
-        let name = match admission.name {
-            Some(claimed) => validate_name(claimed, &self.shared.rules)
-                .map_err(|err| (err.code(), format!("the token's name claim: {err}")))?,
-            None if asked.is_empty() => {
-                return Err((
-                    ErrorCode::InvalidName,
-                    "no name: the Join has none and the token no name claim".into(),
-                ));
-            }
-            None => asked,
-        };
-        let start = match admission.start {
-            Some(claimed) => {
-                let p = Position {
-                    x: claimed.x,
-                    y: claimed.y,
-                };
-                let p = check_position(p, &self.shared.rules)
-                    .map_err(|err| (err.code(), format!("the token's start claim: {err}")))?;
-                Some(p)
-            }
-            None => asked_start,
-        };
-        let rules = &self.shared.rules;
-        let claimed = match admission.data {
-            Some(claim) => data_claim(claim, rules).map_err(|why| {
-                (
-                    ErrorCode::InvalidData,
-                    format!("the token's data claim: {why}"),
-                )
-            })?,
-            None => Data::default(),
-        };
-        let data = Data::with_claims(asked_data, &claimed, rules).map_err(|err| {
-            (
-                ErrorCode::InvalidData,
-                format!("invalid data: the Join's data and the token's data claim together: {err}"),
-            )
-        })?;
-        let token_expires_at_ms = admission.expires_at.take().map_or(0, expires_at_ms);
-        Ok(Arrival {
-            token_expires_at_ms,
-            name,
-            share_user: admission.share_sub && admission.user.is_some(),
-            user: admission.user,
-            start,
-            data,
-            claimed,
-        })
-    }
-
-    /// A Join: one at a time, within the connection's and the address's
-    /// join budgets, with a token when the server asks for one.
-    async fn join(
-        &mut self,
-        room: String,
-        asked: Asked,
-        token: String,
-        now: Instant,
-    ) -> Result<(), End> {
-        if let Some(m) = &self.membership {
-            let text = format!(
-                "already in room {} as member {}: send Leave first",
-                m.room(),
-                m.id().0
-            );
-            return self.refuse(ErrorCode::AlreadyJoined, text).await;
-        }
-        match self.joins.arrive(now) {
-            Verdict::Apply => {}
-            Verdict::Defer(at) => {
-                let wait = at.saturating_duration_since(now).as_millis();
-                let text = format!("joining too often: try again in {wait} ms");
-                return self.refuse(ErrorCode::RateLimited, text).await;
-            }
-            Verdict::Flood => return self.flood("joins").await,
-        }
-        // A token naming a key the set lacks may wait (bounded) for the set
-        // to be fetched again: a provider's rotation.
-        self.shared.gate.await_key(&token).await;
-        let arrival = match self.admit(&room, asked, &token) {
-            Ok(admitted) => admitted,
-            Err((code, text)) => return self.refuse(code, text).await,
-        };
-        let expires_at = (arrival.token_expires_at_ms > 0).then_some(arrival.token_expires_at_ms);
-        let user = arrival.user.clone();
-        if let Err(at) = self.shared.addresses.admit_join(&self.client, now) {
-            let wait = at.saturating_duration_since(now).as_millis();
-            let text = format!("too many joins from your address: try again in {wait} ms");
-            return self.refuse(ErrorCode::RateLimited, text).await;
-        }
-        let sink = Arc::clone(&self.outbox);
-        match self.shared.rooms.arrive(&room, arrival, sink).await {
-            Ok(m) => {
-                tracing::Span::current()
-                    .record("room", room.as_str())
-                    .record("member", m.id().0);
-                debug!("joined");
-                self.membership = Some(m);
-                self.token = expires_at.map(|exp| Box::new(self.token_clock(exp)));
-                self.user = user;
-                Ok(())
-            }
-            Err(err @ JoinError::RoomFull { .. }) => {
-                self.refuse(ErrorCode::RoomFull, err.to_string()).await
-            }
-            Err(JoinError::ShuttingDown) => Err(End::Shutdown),
-        }
-    }
-
-    /// The token clock of a token expiring at `expires_at_ms` (as the
-    /// wire says it): its notice first.
-    fn token_clock(&self, expires_at_ms: u64) -> TokenClock {
-        let auth = &self.shared.config.auth;
-        let lead = Duration::from_secs(auth.auth_expiry_notice_secs);
-        let expiry = Expiry::new(expires_at_ms, auth.auth_leeway_secs, lead);
-        TokenClock {
-            expiry,
-            noticed: false,
-            due: self.shared.clock.instant_at(expiry.notice_at_ms),
-        }
-    }
-
-    /// The token timer fired: `TokenExpiring` the first time, the end of
-    /// the session the second (no refresh came in between).
-    async fn on_token_due(&mut self) -> Result<(), End> {
-        let Some(clock) = &mut self.token else {
-            return Ok(());
-        };
-        if clock.noticed {
-            debug!("token expired without a refresh");
-            return Err(End::TokenExpired);
-        }
-        clock.noticed = true;
-        clock.due = self.shared.clock.instant_at(clock.expiry.ends_at_ms);
-        let expires_at_ms = clock.expiry.expires_at_ms;
-        debug!(expires_at_ms, "token expiring");
-        let notice = encode_server(Body::TokenExpiring(pb::TokenExpiring { expires_at_ms }));
-        self.send_frame(notice).await
-    }
-
-    /// A `RefreshToken`: a member's, within the refresh budget, verified as
-    /// a Join's token with the member's `sub` and room. Accepted, the
-    /// session ends at the new token's expiry; refused, nothing changes.
-    async fn refresh(&mut self, token: String, now: Instant) -> Result<(), End> {
-        let Some(m) = &self.membership else {
-            return self
-                .refuse(ErrorCode::NotJoined, "RefreshToken before Join")
-                .await;
-        };
-        let room = m.room().to_owned();
-        let flood_factor = self.shared.config.session.flood_factor;
-        let budget = self
-            .refreshes
-            .get_or_insert_with(|| Box::new(Budget::new(JOIN_INTERVAL, JOIN_BURST, flood_factor)));
-        match budget.arrive(now) {
-            Verdict::Apply => {}
-            Verdict::Defer(at) => {
-                let wait = at.saturating_duration_since(now).as_millis();
-                let text = format!("refreshing too often: try again in {wait} ms");
-                return self.refuse(ErrorCode::RateLimited, text).await;
-            }
-            Verdict::Flood => return self.flood("token refreshes").await,
-        }
-        // As at a Join: a key the fetched set lacks may wait (bounded) for it.
-        self.shared.gate.await_key(&token).await;
-        let metrics = &self.shared.metrics;
-        match self
-            .shared
-            .gate
-            .refresh(&token, self.user.as_deref(), &room)
-        {
-            Ok(exp) => {
-                metrics.auth_refreshed.inc();
-                let expires_at_ms = exp.map_or(0, expires_at_ms);
-                self.token = exp.map(|_| Box::new(self.token_clock(expires_at_ms)));
-                debug!(expires_at_ms, "token refreshed");
-                let reply =
-                    encode_server(Body::TokenRefreshed(pb::TokenRefreshed { expires_at_ms }));
-                self.send_frame(reply).await
-            }
-            Err(refusal) => {
-                metrics.auth_refresh_refuse(refusal.reason());
-                debug!(reason = refusal.reason(), "token refresh refused");
-                self.refuse(refusal.code(), refusal.to_string()).await
-            }
         }
     }
 
