@@ -795,27 +795,37 @@ async fn the_docs_token_examples_mint_tokens_amble_accepts_for_a_binary_secret()
         ("node", node_file, "Nora", "team-node"),
         ("/usr/bin/python3", python_file, "Pia", "team-python"),
     ] {
-        let out = Command::new(program)
-            .arg(&script)
-            .output()
-            .await
-            .unwrap_or_else(|err| {
-                panic!("{program}: {err} (scripts/test installs nodejs; python3 is Debian's)")
-            });
-        assert!(
-            out.status.success(),
-            "{program}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let token = String::from_utf8(out.stdout)
-            .expect("utf-8")
-            .trim()
-            .to_owned();
+        let token = run_example(
+            program,
+            &script,
+            program,
+            "scripts/test installs nodejs; python3 is Debian's",
+        )
+        .await
+        .trim()
+        .to_owned();
         let mut c = server.client().await;
         let welcome = join_with(&mut c, room, "", &token).await;
         assert_eq!(names(&welcome)[..], [name], "{program}");
     }
     server.stop().await;
+}
+
+/// Runs a docs example `script` with `program` and returns what it printed;
+/// a failure names `label` and shows the example's stderr, a missing
+/// program what installs it.
+async fn run_example(program: &str, script: &Path, label: &str, install: &str) -> String {
+    let out = Command::new(program)
+        .arg(script)
+        .output()
+        .await
+        .unwrap_or_else(|err| panic!("{program}: {err} ({install})"));
+    assert!(
+        out.status.success(),
+        "{label}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8")
 }
 
 /// Issue #19: docs/client.md's RS256 and EdDSA examples, in Node and in
@@ -853,19 +863,13 @@ async fn the_docs_key_pair_examples_mint_tokens_their_key_sets_admit() {
                 .replace("amble-2026-12", &user)
                 .replace("USER", &user);
             let path = files.write(&format!("{user}.{ext}"), script.as_bytes());
-            let out = Command::new(program)
-                .arg(&path)
-                .output()
-                .await
-                .unwrap_or_else(|err| {
-                    panic!("{program}: {err} (scripts/test installs nodejs, python3-jwt and python3-cryptography)")
-                });
-            assert!(
-                out.status.success(),
-                "{program} {user}: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            let stdout = String::from_utf8(out.stdout).expect("utf-8");
+            let stdout = run_example(
+                program,
+                &path,
+                &format!("{program} {user}"),
+                "scripts/test installs nodejs, python3-jwt and python3-cryptography",
+            )
+            .await;
             let mut lines = stdout.lines();
             let set: serde_json::Value =
                 serde_json::from_str(lines.next().expect("the key set")).expect("json");
