@@ -642,16 +642,7 @@ export class AmbleClient {
     this.wanted = null;
     this.listenToPage(false);
     this.stopTimers();
-    const ws = this.ws;
-    this.ws = null;
-    if (ws) {
-      detach(ws);
-      try {
-        ws.close(1000, 'bye');
-      } catch {
-        // Already closing.
-      }
-    }
+    const hadSocket = this.dropSocket('bye');
     this.clearRoom();
     this.lastClose = {
       code: 1000,
@@ -659,7 +650,7 @@ export class AmbleClient {
       error: null,
       willReconnect: false,
       retryInMs: null,
-      url: ws ? this.url : null,
+      url: hadSocket ? this.url : null,
       nextUrl: null,
       text: 'Disconnected.',
     };
@@ -804,16 +795,7 @@ export class AmbleClient {
       // this.me stay, so pageshow rejoins as after a drop.
       if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
       this.stopTimers();
-      const ws = this.ws;
-      this.ws = null;
-      if (ws) {
-        detach(ws);
-        try {
-          ws.close(1000, 'page hidden');
-        } catch {
-          // Already closing.
-        }
-      }
+      this.dropSocket('page hidden');
       this.attempt = 0;
       this.setState(State.IDLE);
     };
@@ -831,6 +813,23 @@ export class AmbleClient {
     const method = on ? 'addEventListener' : 'removeEventListener';
     this.pageTarget[method]('pagehide', this.onPageHide);
     this.pageTarget[method]('pageshow', this.onPageShow);
+  }
+
+  /**
+   * Closes the socket (1000, `reason`) without hearing from it again.
+   * Returns whether there was one.
+   */
+  dropSocket(reason) {
+    const ws = this.ws;
+    this.ws = null;
+    if (!ws) return false;
+    detach(ws);
+    try {
+      ws.close(1000, reason);
+    } catch {
+      // Already closing.
+    }
+    return true;
   }
 
   stopTimers() {
