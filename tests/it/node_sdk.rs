@@ -41,6 +41,13 @@ async fn a_node_script_joins_with_the_sdk_and_hears_chat() {
         "node-room",
         "Nodey",
     );
+    converse(&mut child, &mut ada, "Nodey", "hello node").await;
+    server.stop().await;
+}
+
+/// `child` (join.mjs, joined as `name`) prints its Welcome with Ada in the
+/// room, Ada sees it join, Ada's chat `text` reaches it, and it exits well.
+async fn converse(child: &mut tokio::process::Child, ada: &mut Client, name: &str, text: &str) {
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let welcome = within("the script's Welcome", lines.next_line())
         .await
@@ -48,27 +55,26 @@ async fn a_node_script_joins_with_the_sdk_and_hears_chat() {
         .expect("a line");
     assert_eq!(
         welcome,
-        r#"{"welcome":{"me":"Nodey","members":["Ada","Nodey"]}}"#
+        format!(r#"{{"welcome":{{"me":"{name}","members":["Ada","{name}"]}}}}"#)
     );
     ada.until(|m| match &m.body {
-        Some(S::Joined(j)) => j.member.as_ref().filter(|m| m.name == "Nodey").map(drop),
+        Some(S::Joined(j)) => j.member.as_ref().filter(|m| m.name == name).map(drop),
         _ => None,
     })
     .await;
-    ada.send(C::Chat(pb::SendChat {
-        text: "hello node".into(),
-    }))
-    .await;
+    ada.send(C::Chat(pb::SendChat { text: text.into() })).await;
     let chat = within("the script's chat line", lines.next_line())
         .await
         .expect("read")
         .expect("a line");
-    assert_eq!(chat, r#"{"chat":{"from":"Ada","text":"hello node"}}"#);
+    assert_eq!(
+        chat,
+        format!(r#"{{"chat":{{"from":"Ada","text":"{text}"}}}}"#)
+    );
     let status = within("the script to exit", child.wait())
         .await
         .expect("wait");
     assert!(status.success(), "{status}");
-    server.stop().await;
 }
 
 #[tokio::test]
@@ -221,32 +227,6 @@ async fn the_installed_package_joins_by_name() {
         .kill_on_drop(true)
         .spawn()
         .expect("node");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let welcome = within("the packed SDK's Welcome", lines.next_line())
-        .await
-        .expect("read")
-        .expect("a line");
-    assert_eq!(
-        welcome,
-        r#"{"welcome":{"me":"Packed","members":["Ada","Packed"]}}"#
-    );
-    ada.until(|m| match &m.body {
-        Some(S::Joined(j)) => j.member.as_ref().filter(|m| m.name == "Packed").map(drop),
-        _ => None,
-    })
-    .await;
-    ada.send(C::Chat(pb::SendChat {
-        text: "hello package".into(),
-    }))
-    .await;
-    let chat = within("the packed SDK's chat line", lines.next_line())
-        .await
-        .expect("read")
-        .expect("a line");
-    assert_eq!(chat, r#"{"chat":{"from":"Ada","text":"hello package"}}"#);
-    let status = within("the script to exit", child.wait())
-        .await
-        .expect("wait");
-    assert!(status.success(), "{status}");
+    converse(&mut child, &mut ada, "Packed", "hello package").await;
     server.stop().await;
 }
