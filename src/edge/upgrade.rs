@@ -143,8 +143,15 @@ fn refuse(shared: &Shared, peer: SocketAddr, headers: &HeaderMap, refusal: Refus
 }
 
 /// The largest frame the server may have to write: a `Welcome` or `Resync`
-/// snapshot of a full room whose names use 4-byte characters throughout.
+/// snapshot of a full room whose names use 4-byte characters throughout,
+/// each member with its whole data (each entry with its field overhead)
+/// and a shown `sub`.
 fn largest_frame(config: &Config) -> usize {
-    let per_member = 4 * config.session.max_name_chars as usize + 64;
+    let session = &config.session;
+    let per_member = 4 * session.max_name_chars as usize
+        + session.max_data_bytes as usize
+        + 8 * session.max_data_entries as usize
+        + crate::access::auth::MAX_SUB_BYTES
+        + 64;
     config.room.room_capacity as usize * per_member + 4 * 1024
 }
