@@ -711,10 +711,10 @@ impl Membership {
                 data: data.to_pb(),
             };
             member.data = data;
-            let frame = encode_server(Body::MemberData(msg.clone()));
             if let Some(cluster) = cluster {
-                remote::published_data(cluster, &mut st, msg);
+                remote::published_data(cluster, &mut st, msg.clone());
             }
+            let frame = encode_server(Body::MemberData(msg));
             self.room.publish(st, &frame, &self.rooms.metrics);
             self.rooms.metrics.data_changes.inc();
             Ok(())
