@@ -7,6 +7,7 @@
 import { AmbleClient, ErrorCode, State, nameProblem, roomProblem } from './amble.js';
 import { FloorView, avatarSprite, bubbleSprite, distinctColour, labelSprite } from './view.js';
 import {
+  MAX_STATUS_CHARS,
   ReturnFilter,
   STATUSES,
   dataColour,
@@ -318,7 +319,7 @@ function myData() {
   const colour = dataColour({ colour: localStorage.getItem(COLOUR_KEY) });
   if (colour) data.colour = colour;
   const status = localStorage.getItem(STATUS_KEY);
-  if (status && [...status].length <= 40 && status.trim() !== '') data.status = status.trim();
+  if (status && [...status].length <= MAX_STATUS_CHARS && status.trim() !== '') data.status = status.trim();
   return data;
 }
 

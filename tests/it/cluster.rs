@@ -179,21 +179,7 @@ fn walking(from: (u32, u32), to: (u32, u32), speed: u32) -> Motion {
 impl Person {
     /// Connects to `node` and joins `room` as `name`.
     async fn join(node: &Node, room: &str, name: &str) -> Self {
-        let client = Client::connect(&node.ws_url()).await;
-        let mut person = Self {
-            name: name.to_owned(),
-            id: u32::MAX,
-            client,
-            view: BTreeMap::new(),
-            seen: Vec::new(),
-            taken: BTreeSet::new(),
-            last_frame: None,
-            seq: 0,
-            closed: false,
-            data: Vec::new(),
-        };
-        person.join_again(room).await;
-        person
+        Self::join_with_data(node, room, name, &[]).await
     }
 
     /// As [`Person::join`], with member data in the Join.

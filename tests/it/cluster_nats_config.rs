@@ -55,17 +55,6 @@ fn words(command: &str) -> Vec<String> {
         .collect()
 }
 
-/// A program on the PATH or in /usr/sbin, or a panic saying what to install.
-fn program(name: &str, install: &str) -> PathBuf {
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .chain(["/usr/sbin".into(), "/usr/local/sbin".into()])
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("no `{name}` on the PATH or in /usr/sbin: {install}"))
-}
-
 /// nats-server run with the documented configuration, killed on drop.
 struct Server {
     _child: Child,

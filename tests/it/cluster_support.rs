@@ -329,13 +329,18 @@ pub struct Nats {
 
 /// The nats-server binary: on the PATH, or Debian's /usr/sbin.
 fn nats_server() -> std::path::PathBuf {
+    program("nats-server", INSTALL_NATS)
+}
+
+/// A program on the PATH or in /usr/sbin, or a panic saying what to install.
+pub fn program(name: &str, install: &str) -> std::path::PathBuf {
     std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
         .chain(["/usr/sbin".into(), "/usr/local/sbin".into()])
-        .map(|dir| dir.join("nats-server"))
+        .map(|dir| dir.join(name))
         .find(|p| p.is_file())
-        .unwrap_or_else(|| panic!("no `nats-server` on the PATH or in /usr/sbin: {INSTALL_NATS}"))
+        .unwrap_or_else(|| panic!("no `{name}` on the PATH or in /usr/sbin: {install}"))
 }
 
 impl Nats {
