@@ -17,6 +17,7 @@
 use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::json_error as error;
 use super::origin::{self, OriginPattern};
 use crate::metrics::Metrics;
 
@@ -90,11 +91,7 @@ pub fn preflight(
         .and_then(|m| m.parse::<Method>().ok());
     if !matches!(asked, None | Some(Method::GET | Method::HEAD)) {
         metrics.refuse_cors("method");
-        return error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            "method_not_allowed",
-            "only GET and HEAD may be used from another origin",
-        );
+        return not_allowed("only GET and HEAD may be used from another origin");
     }
     let cors = allow(readers, headers, allowed);
     let named = cors
@@ -126,20 +123,17 @@ pub fn preflight(
 
 /// 405 for a method other than `GET`, `HEAD` and `OPTIONS`.
 pub fn method_not_allowed() -> Response {
-    error(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method_not_allowed",
-        "only GET, HEAD and OPTIONS are served here",
-    )
+    not_allowed("only GET, HEAD and OPTIONS are served here")
 }
 
-/// An error as `{"error": {"code", "message"}}`.
-fn error(status: StatusCode, code: &str, message: &str) -> Response {
-    let body = serde_json::json!({ "error": { "code": code, "message": message } });
-    let mut response = (status, axum::Json(body)).into_response();
-    if status == StatusCode::METHOD_NOT_ALLOWED {
-        response.headers_mut().insert(header::ALLOW, METHODS);
-    }
+/// A 405 naming the methods served (`Allow`).
+fn not_allowed(message: &str) -> Response {
+    let mut response = error(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        message,
+    );
+    response.headers_mut().insert(header::ALLOW, METHODS);
     response
 }
 

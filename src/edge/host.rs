@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::str::FromStr;
 
 use axum::http::{HeaderMap, HeaderValue, StatusCode, Uri, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 
 /// One `--allowed-hosts` entry: `*`, or a host (a name, an IPv4 address,
 /// an IPv6 address in brackets) with or without a port. Without a port it
@@ -180,8 +180,11 @@ pub fn refusal(rule: &AllowedHosts) -> Response {
          an operator can add it with --allowed-hosts",
         rule.describe()
     );
-    let body = serde_json::json!({ "error": { "code": "host_not_allowed", "message": message } });
-    let mut response = (StatusCode::MISDIRECTED_REQUEST, axum::Json(body)).into_response();
+    let mut response = super::json_error(
+        StatusCode::MISDIRECTED_REQUEST,
+        "host_not_allowed",
+        &message,
+    );
     response
         .headers_mut()
         .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -10,6 +10,9 @@
 //! The edge hands an upgraded socket to [`session`](crate::session) and
 //! keeps nothing of it.
 
+use axum::http::StatusCode;
+use axum::response::{IntoResponse as _, Response};
+
 mod cors;
 pub mod handshake;
 pub mod host;
@@ -21,3 +24,10 @@ mod routes;
 mod upgrade;
 mod watch;
 mod web;
+
+/// A refusal as the edge writes every one: `status` and the JSON body
+/// `{"error": {"code", "message"}}`.
+fn json_error(status: StatusCode, code: &str, message: &str) -> Response {
+    let body = serde_json::json!({ "error": { "code": code, "message": message } });
+    (status, axum::Json(body)).into_response()
+}
