@@ -239,28 +239,42 @@ impl JwksFile {
     }
 
     /// [`current`](Self::current) at `now` (tests pass their own instants).
+    /// The file is looked at and read without the lock held, so the other
+    /// joins meanwhile take the current set at once; only the join that
+    /// found the look due does it.
     pub fn current_at(&self, now: Instant) -> Arc<KeySet> {
-        let mut loaded = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-        if now.saturating_duration_since(loaded.checked) >= RECHECK {
+        let (set, seen) = {
+            let mut loaded = self.lock();
+            if now.saturating_duration_since(loaded.checked) < RECHECK {
+                return Arc::clone(&loaded.set);
+            }
             loaded.checked = now;
-            let modified = std::fs::metadata(&self.path)
-                .and_then(|m| m.modified())
-                .ok();
-            if modified != loaded.modified {
-                loaded.modified = modified;
-                match read(&self.path) {
-                    Ok((set, _)) => {
-                        info!(path = %self.path.display(), keys = set.len(), "auth: the key set changed; re-read");
-                        loaded.set = Arc::new(set);
-                    }
-                    Err(why) => {
-                        self.failures.inc();
-                        error!(path = %self.path.display(), %why, "auth: cannot re-read the key set; keeping the last good one");
-                    }
-                }
+            (Arc::clone(&loaded.set), loaded.modified)
+        };
+        let modified = std::fs::metadata(&self.path)
+            .and_then(|m| m.modified())
+            .ok();
+        if modified == seen {
+            return set;
+        }
+        let read = read(&self.path);
+        let mut loaded = self.lock();
+        loaded.modified = modified;
+        match read {
+            Ok((set, _)) => {
+                info!(path = %self.path.display(), keys = set.len(), "auth: the key set changed; re-read");
+                loaded.set = Arc::new(set);
+            }
+            Err(why) => {
+                self.failures.inc();
+                error!(path = %self.path.display(), %why, "auth: cannot re-read the key set; keeping the last good one");
             }
         }
         Arc::clone(&loaded.set)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Loaded> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The file.
