@@ -18,12 +18,7 @@ const PROMPTLY: Duration = Duration::from_secs(3);
 
 async fn open_and_join(browser: &Browser, server: &Server, label: &str, name: &str) -> Page {
     let page = browser.open(label, Viewport::DESKTOP).await;
-    page.goto(&server.url("/")).await;
-    page.fill("#name", name).await;
-    page.fill("#room", ROOM).await;
-    page.click("#join").await;
-    page.wait_for("joined", "() => window.ambleDemo.state() === 'joined'", &[])
-        .await;
+    crate::driver::join(&page, server, ROOM, name).await;
     page
 }
 

@@ -30,12 +30,7 @@ async fn member(page: &Page, name: &str) -> Member {
 
 async fn join(browser: &Browser, server: &Server, label: &str, name: &str) -> Page {
     let page = browser.open(label, Viewport::DESKTOP).await;
-    page.goto(&server.url("/")).await;
-    page.fill("#name", name).await;
-    page.fill("#room", ROOM).await;
-    page.click("#join").await;
-    page.wait_for("joined", "() => window.ambleDemo.state() === 'joined'", &[])
-        .await;
+    crate::driver::join(&page, server, ROOM, name).await;
     page
 }
 

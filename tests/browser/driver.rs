@@ -668,3 +668,14 @@ impl WebDriverCompatibleCommand for BrowserLog {
         )
     }
 }
+
+/// Opens the demo's lobby on `page`, joins `room` as `name` and waits for
+/// the Welcome.
+pub async fn join(page: &Page, server: &Server, room: &str, name: &str) {
+    page.goto(&server.url("/")).await;
+    page.fill("#name", name).await;
+    page.fill("#room", room).await;
+    page.click("#join").await;
+    page.wait_for("joined", "() => window.ambleDemo.state() === 'joined'", &[])
+        .await;
+}

@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpListener;
 
-use crate::driver::{Browser, Server, Viewport, within};
+use crate::driver::{Browser, Server, Viewport, join, within};
 
 /// The app's page: imports the SDK from `amble` (an `http://host:port`
 /// origin), reads the room list, joins `room` as `name`.
@@ -102,16 +102,7 @@ async fn a_page_on_another_origin_imports_the_sdk_and_joins() {
         let amble = format!("http://{}", server.addr);
         // Someone is in the room already, so the room list has it.
         let host = browser.open("host", Viewport::DESKTOP).await;
-        host.goto(&server.url("/")).await;
-        host.fill("#name", "Host").await;
-        host.fill("#room", "xorigin").await;
-        host.click("#join").await;
-        host.wait_for(
-            "the host in the room",
-            "() => window.ambleDemo.state() === 'joined'",
-            &[],
-        )
-        .await;
+        join(&host, &server, "xorigin", "Host").await;
 
         let (app, app_task) = app_origin(app_page(&amble, "xorigin", "Ada")).await;
         assert_ne!(app, amble, "two origins");
@@ -172,16 +163,7 @@ async fn the_docs_minimal_page_runs_as_written() {
         );
 
         let host = browser.open("host", Viewport::DESKTOP).await;
-        host.goto(&server.url("/")).await;
-        host.fill("#name", "Host").await;
-        host.fill("#room", "lobby").await;
-        host.click("#join").await;
-        host.wait_for(
-            "the host in lobby",
-            "() => window.ambleDemo.state() === 'joined'",
-            &[],
-        )
-        .await;
+        join(&host, &server, "lobby", "Host").await;
 
         let (app, app_task) = app_origin(page).await;
         let ada = browser.open("minimal", Viewport::DESKTOP).await;

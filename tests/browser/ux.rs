@@ -12,7 +12,7 @@ use fantoccini::key::Key;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::driver::{Browser, Page, Server, Viewport, within};
+use crate::driver::{Browser, Page, Server, Viewport, join, within};
 
 #[derive(Clone, Debug, Deserialize)]
 struct Member {
@@ -27,16 +27,6 @@ async fn find(page: &Page, name: &str) -> Member {
     all.into_iter()
         .find(|m| m.name == name)
         .unwrap_or_else(|| panic!("{}: no member {name}", page.label()))
-}
-
-/// Opens the lobby, joins `room` as `name` and waits for the Welcome.
-async fn join(page: &Page, server: &Server, room: &str, name: &str) {
-    page.goto(&server.url("/")).await;
-    page.fill("#name", name).await;
-    page.fill("#room", room).await;
-    page.click("#join").await;
-    page.wait_for("joined", "() => window.ambleDemo.state() === 'joined'", &[])
-        .await;
 }
 
 /// Focuses `selector` as the Tab key would.
