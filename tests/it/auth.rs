@@ -19,12 +19,12 @@ use crate::support::*;
 const SECRET: &[u8] = b"integration-test-secret-of-more-than-32-bytes";
 
 /// A directory of files for one test, removed when it ends.
-struct Files {
+pub(crate) struct Files {
     dir: tempfile::TempDir,
 }
 
 impl Files {
-    fn new(test: &str) -> Self {
+    pub(crate) fn new(test: &str) -> Self {
         let dir = tempfile::Builder::new()
             .prefix(&format!("amble-it-{test}-"))
             .tempdir()
@@ -49,12 +49,12 @@ fn key(name: &str) -> Vec<u8> {
 }
 
 /// A server that requires HS256 tokens signed with `SECRET`.
-async fn hs256_server(files: &Files) -> TestServer {
+pub(crate) async fn hs256_server(files: &Files) -> TestServer {
     let path = files.write("secret", SECRET);
     TestServer::with(config(|c| c.auth.auth_hs256_secret_file = Some(path))).await
 }
 
-fn claims(sub: &str) -> Claims {
+pub(crate) fn claims(sub: &str) -> Claims {
     Claims {
         sub: sub.into(),
         exp: unix_now() + 600,
@@ -66,7 +66,7 @@ fn claims(sub: &str) -> Claims {
     }
 }
 
-fn token(claims: &Claims) -> String {
+pub(crate) fn token(claims: &Claims) -> String {
     mint_hs256(SECRET, claims).expect("mint")
 }
 

@@ -2,12 +2,11 @@
 //! the snapshots, SetData seen by everyone, limits refused with
 //! INVALID_DATA, the budget, token claims that win, and `share_sub`.
 
-use amble::auth::{Claims, mint_hs256, unix_now};
+use amble::auth::Claims;
 use amble::protocol::pb::{self, ErrorCode, client_message::Body as C, server_message::Body as S};
 
+use crate::auth;
 use crate::support::*;
-
-const SECRET: &[u8] = b"integration-test-secret-of-more-than-32-bytes";
 
 fn entry(key: &str, value: &str) -> pb::DataEntry {
     pb::DataEntry {
@@ -201,33 +200,19 @@ async fn set_data_before_join_is_not_joined() {
 
 // ------------------------------------------------------------ tokens
 
-async fn hs256_server() -> (TestServer, tempfile::TempDir) {
-    let dir = tempfile::Builder::new()
-        .prefix("amble-it-data-")
-        .tempdir()
-        .expect("temp dir");
-    let path = dir.path().join("secret");
-    std::fs::write(&path, SECRET).expect("write");
-    let server = TestServer::with(config(|c| c.auth.auth_hs256_secret_file = Some(path))).await;
-    (server, dir)
-}
-
+/// An HS256 token for `sub` with the `data` and `share_sub` claims.
 fn token(sub: &str, data: Option<serde_json::Value>, share_sub: bool) -> String {
-    let claims = Claims {
-        sub: sub.into(),
-        exp: unix_now() + 600,
-        name: None,
-        rooms: None,
-        start: None,
+    auth::token(&Claims {
         data,
         share_sub,
-    };
-    mint_hs256(SECRET, &claims).expect("mint")
+        ..auth::claims(sub)
+    })
 }
 
 #[tokio::test]
 async fn token_data_claims_win_and_set_data_cannot_change_them() {
-    let (server, _dir) = hs256_server().await;
+    let files = auth::Files::new("data");
+    let server = auth::hs256_server(&files).await;
     let mut a = server.client().await;
     let claim = serde_json::json!({"role": "host"});
     send_join(
@@ -309,7 +294,8 @@ async fn token_data_claims_win_and_set_data_cannot_change_them() {
 
 #[tokio::test]
 async fn sub_is_shown_only_when_the_token_shares_it() {
-    let (server, _dir) = hs256_server().await;
+    let files = auth::Files::new("data");
+    let server = auth::hs256_server(&files).await;
     let mut a = server.client().await;
     send_join(&mut a, "lobby", "Ada", &token("user-1", None, true), vec![]).await;
     let wa = a.welcome().await;
