@@ -30,9 +30,12 @@ pub const SUBPROTOCOL: &str = "amble.v1";
 /// original schema; 2 added `Join.start`, member data and the server's
 /// version in `Welcome`; 3 added token expiry and refresh (`RefreshToken`,
 /// `TokenExpiring`, `TokenRefreshed`, `Welcome.token_expires_at_ms`,
-/// `TOKEN_EXPIRED`). `web/codec.js` has the SDK's, checked against this
+/// `TOKEN_EXPIRED`); 4 added the app's side (`SystemMessage`, `KICKED`,
+/// `BANNED`, `MUTED`, `ROOM_CLOSED`, `LeaveReason::RoomClosed`) and held
+/// places (`Join.resume_token`, `Welcome.resume_token`, `Welcome.resumed`,
+/// `Limits.resume_grace_ms`, `Renumbered`). `web/codec.js` has the SDK's, checked against this
 /// one through web/test/vectors.json.
-pub const PROTOCOL_REVISION: u32 = 3;
+pub const PROTOCOL_REVISION: u32 = 4;
 
 /// The server's release, sent in every `Welcome` as `server_version`.
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");

@@ -465,6 +465,8 @@ impl Rooms {
             server_version: crate::protocol::SERVER_VERSION.to_owned(),
             protocol_revision: crate::protocol::PROTOCOL_REVISION,
             token_expires_at_ms,
+            resume_token: String::new(),
+            resumed: false,
         }));
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.
