@@ -78,6 +78,29 @@ impl Motion {
             walk: None,
         }
     }
+
+    /// Where the member is `elapsed_ms` after this motion began: along its
+    /// walk at its speed, stopped at the target (as browsers draw it).
+    pub fn at(&self, elapsed_ms: u64) -> Position {
+        let Some(walk) = self.walk else {
+            return self.position;
+        };
+        let (dx, dy) = (
+            f64::from(walk.target.x) - f64::from(self.position.x),
+            f64::from(walk.target.y) - f64::from(self.position.y),
+        );
+        let length = dx.hypot(dy);
+        let walked = f64::from(walk.speed) * elapsed_ms as f64 / 1000.0;
+        if length == 0.0 || walked >= length {
+            return walk.target;
+        }
+        let f = walked / length;
+        // Between two u32 points, so the rounded result fits.
+        Position {
+            x: (f64::from(self.position.x) + dx * f).round() as u32,
+            y: (f64::from(self.position.y) + dy * f).round() as u32,
+        }
+    }
 }
 
 /// Ranges a client message must keep to. Built from the server config.

@@ -1097,3 +1097,21 @@ fn decodes_a_refresh_token_as_sent_even_when_empty() {
         );
     }
 }
+
+#[test]
+fn a_walk_is_where_its_speed_took_it_and_stops_at_its_target() {
+    let m = Motion {
+        position: Position { x: 100, y: 100 },
+        walk: Some(Walk {
+            target: Position { x: 400, y: 500 },
+            speed: 100,
+        }),
+    };
+    assert_eq!(m.at(0), Position { x: 100, y: 100 });
+    // 500 cm long: after 2.5 s, 250 cm along (3/5 in x, 4/5 in y).
+    assert_eq!(m.at(2_500), Position { x: 250, y: 300 });
+    assert_eq!(m.at(5_000), Position { x: 400, y: 500 });
+    assert_eq!(m.at(60_000), Position { x: 400, y: 500 });
+    let standing = Motion::standing(Position { x: 7, y: 9 });
+    assert_eq!(standing.at(10_000), Position { x: 7, y: 9 });
+}

@@ -17,7 +17,8 @@
 //! A member may belong to an app's user (a token's `sub`): a room holds at
 //! most one member per user, and a second join of the same user replaces
 //! the first, whose connection is told through its sink
-//! ([`Sink::replaced`]).
+//! ([`Sink::removed`]). The app's backend can also take members out, list
+//! them and speak to them (`admin`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -33,7 +34,7 @@ use crate::protocol::{
     Changes, Data, DataError, LeaveReason, MemberId, Motion, MotionRecord, Position, Rules,
     encode_motion, encode_server, motion_time, pb,
 };
-use crate::room::sink::{Frame, Sink};
+use crate::room::sink::{Frame, Removal, Sink};
 
 /// How rooms behave; taken from the server config.
 #[derive(Clone, Debug)]
@@ -157,6 +158,9 @@ struct Member {
     pending: Option<Motion>,
     /// The node this member is connected to; `None`: this one.
     origin: Option<Arc<str>>,
+    /// When it joined, ms since the Unix epoch (for the server API); for
+    /// another node's member, when this node learnt of it.
+    joined_at_ms: u64,
 }
 
 /// Who joins: a display name, the app's user (a token's `sub`) if known,
@@ -317,7 +321,7 @@ impl Rooms {
     /// `user` (a token's `sub`). If the user is in the room already, that
     /// member leaves first (the others get `Left` with reason REPLACED,
     /// then `Joined`), and its sink is told it was
-    /// [`replaced`](Sink::replaced), so its connection closes.
+    /// [`removed`](Sink::removed), so its connection closes.
     pub async fn join_as(
         self: &Arc<Self>,
         room: &str,
@@ -445,6 +449,7 @@ impl Rooms {
             moved_at_ms: now_ms,
             pending: None,
             origin: None,
+            joined_at_ms: now_ms,
         };
         let joined_pb = member_pb(id, &member);
         st.members.insert(id, member);
@@ -496,7 +501,7 @@ impl Rooms {
             self.metrics.auth_replaced.inc();
         }
         if let Some(old_sink) = replaced_sink {
-            old_sink.replaced();
+            old_sink.removed(Removal::Replaced);
         }
         Ok(Membership {
             rooms: Arc::clone(self),
@@ -766,6 +771,7 @@ impl Drop for Membership {
     }
 }
 
+pub mod admin;
 mod grid;
 mod remote;
 pub mod sink;
