@@ -3,11 +3,13 @@
 //! document checked operation by operation (tests/api/openapi_check.py).
 
 use std::path::Path;
+use std::time::Duration;
 
 use amble::protocol::pb::{self, client_message::Body as C, server_message::Body as S};
 use serde_json::{Value, json};
 
 use crate::auth::{Files, claims, hs256, join_with, send_join, token};
+use crate::cluster_support::{Nats, Node, has_peers};
 use crate::support::*;
 
 const KEY: &str = "api-key-for-tests-0123456789abcdef";
@@ -34,15 +36,25 @@ async fn api_with(
     body: Option<Value>,
     key: Option<&str>,
 ) -> (u16, Value) {
+    api_at(server.addr, method, path, body, key).await
+}
+
+/// One API call to the server at `addr`.
+async fn api_at(
+    addr: std::net::SocketAddr,
+    method: &str,
+    path: &str,
+    body: Option<Value>,
+    key: Option<&str>,
+) -> (u16, Value) {
     let body = body.map(|b| b.to_string()).unwrap_or_default();
     let auth = key.map_or(String::new(), |k| format!("Authorization: Bearer {k}\r\n"));
     let raw = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {}\r\n{auth}Content-Type: application/json\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        server.addr,
         body.len()
     );
-    let text = server.request(&raw).await;
+    let text = request_at(addr, &raw).await;
     let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP response");
     let status = head
         .split(' ')
@@ -460,4 +472,133 @@ async fn every_operation_answers_as_the_openapi_document_says() {
         "{stdout}"
     );
     server.stop().await;
+}
+
+/// A node of a two-node cluster with tokens and the API key.
+async fn api_node(nats: &Nats, i: u32, files: &Files) -> Node {
+    let secret = files.write("secret", b"integration-test-secret-of-more-than-32-bytes");
+    let key = files.write("api.key", KEY.as_bytes());
+    let (secret, key) = (secret.display().to_string(), key.display().to_string());
+    Node::start(
+        nats,
+        i,
+        &["--auth-hs256-secret-file", &secret, "--api-key-file", &key],
+    )
+    .await
+}
+
+async fn member_on(node: &Node, room: &str, name: &str, sub: &str) -> (Client, pb::Welcome) {
+    let mut c = Client::connect(&node.ws_url()).await;
+    let w = join_with(&mut c, room, name, &token(&claims(sub))).await;
+    (c, w)
+}
+
+#[tokio::test]
+async fn in_a_cluster_every_call_works_on_any_node_and_acts_where_the_member_is() {
+    let files = Files::new("api-cluster");
+    let nats = Nats::start().await;
+    let mut n1 = api_node(&nats, 1, &files).await;
+    let n2 = api_node(&nats, 2, &files).await;
+    has_peers(&n1, 1).await;
+    has_peers(&n2, 1).await;
+    let (mut ada, wa) = member_on(&n1, "lobby", "Ada", "u-ada").await;
+    let (mut bob, wb) = member_on(&n2, "lobby", "Bob", "u-bob").await;
+    ada.until(|m| match &m.body {
+        Some(S::Joined(j)) if j.member.as_ref().is_some_and(|m| m.id == wb.member_id) => Some(()),
+        _ => None,
+    })
+    .await;
+    // Listed through either node, each member with its node.
+    for node in [&n1, &n2] {
+        let (status, page) = api_at(
+            node.addr,
+            "GET",
+            "/api/v1/rooms/lobby/members",
+            None,
+            Some(KEY),
+        )
+        .await;
+        assert_eq!(status, 200);
+        let seen: Vec<(u64, String)> = page["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .map(|m| {
+                (
+                    m["id"].as_u64().unwrap_or(u64::MAX),
+                    m["node"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        let mut want = vec![
+            (u64::from(wa.member_id), "n1".to_owned()),
+            (u64::from(wb.member_id), "n2".to_owned()),
+        ];
+        want.sort();
+        assert_eq!(seen, want);
+    }
+    let (_, user) = api_at(n1.addr, "GET", "/api/v1/users/u-bob", None, Some(KEY)).await;
+    assert_eq!(user["members"][0]["node"], "n2");
+    // A room message through n2 reaches both nodes' members.
+    let (status, body) = api_at(
+        n2.addr,
+        "POST",
+        "/api/v1/rooms/lobby/messages",
+        Some(json!({ "text": "hello all" })),
+        Some(KEY),
+    )
+    .await;
+    assert_eq!((status, body), (200, json!({ "delivered": 2 })));
+    for c in [&mut ada, &mut bob] {
+        c.until(|m| matches!(&m.body, Some(S::System(s)) if s.text == "hello all").then_some(()))
+            .await;
+    }
+    // Bob is on n2; the kick goes through n1.
+    let (status, body) = api_at(
+        n1.addr,
+        "POST",
+        "/api/v1/rooms/lobby/kick",
+        Some(json!({ "member_id": wb.member_id, "reason": "off topic" })),
+        Some(KEY),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["kicked"][0]["node"], "n2");
+    bob.expect_error(pb::ErrorCode::Kicked).await;
+    assert_eq!(bob.expect_close().await, 4004);
+    assert_eq!(
+        left_reason(&mut ada, wb.member_id).await,
+        pb::LeaveReason::Kicked as i32
+    );
+    // A ban made through n1 outlives n1: the restarted n1 learns it from n2.
+    let (status, _) = api_at(
+        n1.addr,
+        "POST",
+        "/api/v1/users/u-carl/ban",
+        Some(json!({ "seconds": 600, "reason": "spam" })),
+        Some(KEY),
+    )
+    .await;
+    assert_eq!(status, 200);
+    n1.kill().await;
+    n1.restart().await;
+    has_peers(&n1, 1).await;
+    n1.log()
+        .wait_for(Duration::from_secs(10), "the bans learnt", |line| {
+            line.contains("learnt the bans and mutes").then_some(())
+        })
+        .await;
+    let mut carl = Client::connect(&n1.ws_url()).await;
+    send_join(&mut carl, "lobby", "Carl", &token(&claims("u-carl"))).await;
+    carl.expect_error(pb::ErrorCode::Banned).await;
+    // Closing the room through n2 takes out Ada's new self on n1.
+    let (mut ada, _) = member_on(&n1, "lobby", "Ada", "u-ada").await;
+    let (status, body) = api_at(n2.addr, "DELETE", "/api/v1/rooms/lobby", None, Some(KEY)).await;
+    assert_eq!(status, 200, "{body}");
+    ada.until(|m| match &m.body {
+        Some(S::Error(e)) if e.code == pb::ErrorCode::RoomClosed as i32 => Some(()),
+        _ => None,
+    })
+    .await;
+    assert_eq!(ada.expect_close().await, 4006);
 }
