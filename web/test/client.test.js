@@ -157,7 +157,7 @@ function setup(options = {}) {
   const events = [];
   for (const type of [
     'state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data',
-    'tokenExpiring', 'tokenRefreshed',
+    'tokenExpiring', 'tokenRefreshed', 'system',
   ]) {
     client.on(type, (...args) => events.push([type, ...args]));
   }
@@ -735,6 +735,68 @@ test('replaced by your own newer connection (REPLACED, close 4000): closed, not 
   time.advance(120_000);
   assert.equal(sockets.length, 1);
   assert.equal(LeaveReason.REPLACED, 6);
+});
+
+// Issue #18: the app's removals through the server API end the session for good.
+for (const [name, code, close, reason, text] of [
+  ['kicked', ErrorCode.KICKED, 4004, 'kicked', /removed from this room: spamming/],
+  ['banned', ErrorCode.BANNED, 4005, 'banned', /banned by the app for 600 s more/],
+  ['room closed', ErrorCode.ROOM_CLOSED, 4006, 'room closed', /room was closed/],
+]) {
+  test(`${name} by the app (close ${close}): closed with the reason, not retried`, () => {
+    const { client, last, of, time, sockets } = joined({ token: 't' });
+    const message = code === ErrorCode.KICKED
+      ? 'removed from the room by the app: spamming'
+      : 'you are banned by the app for 600 s more: spam';
+    last().receive({ error: { code, message } });
+    last().drop(close, reason);
+    const [[, closed]] = of('closed');
+    assert.equal(closed.willReconnect, false);
+    assert.match(closed.text, text);
+    assert.equal(client.state, State.CLOSED);
+    time.advance(120_000);
+    assert.equal(sockets.length, 1, 'no reconnect');
+  });
+}
+
+test('a closing code alone (no Error first) is not retried either', () => {
+  for (const close of [4004, 4005, 4006]) {
+    const { of, time, sockets, last } = joined();
+    last().drop(close, '');
+    assert.equal(of('closed')[0][1].willReconnect, false, `close ${close}`);
+    time.advance(120_000);
+    assert.equal(sockets.length, 1);
+  }
+});
+
+test('a Join refused as BANNED keeps the socket and says why', () => {
+  const { client, last, of } = setup({ token: 't' });
+  client.join('lobby', 'Me');
+  last().open();
+  last().receive({ error: { code: ErrorCode.BANNED, message: 'you are banned by the app for 60 s more: spam' } });
+  const [[, err]] = of('error');
+  assert.equal(err.refused, true);
+  assert.match(err.text, /can't join: you are banned by the app for 60 s more: spam/);
+});
+
+test('MUTED: the chat was dropped, the session goes on', () => {
+  const { client, last, of } = joined();
+  last().receive({ error: { code: ErrorCode.MUTED, message: 'you are muted by the app for 30 s more: message dropped' } });
+  const [[, err]] = of('error');
+  assert.equal(err.refused, false);
+  assert.match(err.text, /can't chat now: you are muted/);
+  assert.equal(client.state, State.JOINED);
+});
+
+test("system messages are the app's, with whether they were for you alone", () => {
+  const { last, of } = joined();
+  last().receive({ system: { text: 'Doors close soon.', serverTimeMs: EPOCH + 10, direct: false } });
+  last().receive({ system: { text: 'Just you.', serverTimeMs: EPOCH + 20, direct: true } });
+  assert.deepEqual(of('system').map((e) => e[1]), [
+    { text: 'Doors close soon.', serverTimeMs: EPOCH + 10, direct: false },
+    { text: 'Just you.', serverTimeMs: EPOCH + 20, direct: true },
+  ]);
+  assert.equal(of('chat').length, 0, 'never a chat line of a member');
 });
 
 // Issue #18: the server says a token expires; getToken renews it.
