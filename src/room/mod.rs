@@ -773,6 +773,7 @@ impl Drop for Membership {
 
 pub mod admin;
 mod grid;
+pub mod interest;
 mod remote;
 pub mod sink;
 mod tick;
