@@ -63,6 +63,7 @@ impl World {
                 spawn: Position { x: 2_500, y: 2_500 },
                 world: Position { x: 5_000, y: 5_000 },
                 limits: pb::Limits::default(),
+                spatial: None,
             },
             Clock::start(),
             Arc::clone(&metrics),

@@ -236,6 +236,12 @@ export interface AmbleEvents {
   data: (member: Member, previous: Readonly<Record<string, string>>) => void;
   chat: (info: ChatInfo) => void;
   system: (info: SystemInfo) => void;
+  /** Spatial rooms: someone came into your view (not an arrival). */
+  appeared: (member: Member) => void;
+  /** Spatial rooms: someone went out of your view (still in the room). */
+  disappeared: (member: Member) => void;
+  /** Spatial rooms: the room's member count changed (at most once a second). */
+  population: (members: number) => void;
   resync: (members: Map<number, Member>) => void;
   pong: (rttMs: number) => void;
   error: (info: ErrorInfo) => void;
@@ -275,6 +281,8 @@ export declare class AmbleClient {
   readonly me: Member | null;
   /** The room's members by id, you included. */
   readonly members: Map<number, Member>;
+  /** Members in the room, you included (in a spatial room, in view or not); 0 outside one. */
+  readonly population: number;
   /** The server's limits (the defaults until a Welcome). */
   readonly limits: Limits;
   readonly rttMs: number | null;

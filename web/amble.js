@@ -437,6 +437,11 @@ function serverUrls(options) {
  * - `left` (member, reason) — someone left (reason: LeaveReason)
  * - `moved` (member) — a motion update for someone else
  * - `chat` ({ member, memberId, text, serverTimeMs }) — member may be null
+ * - `appeared` (member), `disappeared` (member) — spatial rooms: someone came
+ *   into your view or went out of it (they are in the room all along: not
+ *   `joined` or `left`)
+ * - `population` (count) — spatial rooms: the room's member count changed
+ *   (`client.population`; at most once a second)
  * - `system` ({ text, serverTimeMs, direct }) — a message from the app that
  *   hosts the world (its backend, through the server API), not a member's;
  *   `direct` when it is for you alone
@@ -499,8 +504,10 @@ export class AmbleClient {
     this.clock = new ServerClock();
 
     this.state = State.IDLE;
-    /** Members of the room, you included, by id. */
+    /** Members of the room, you included, by id (in a spatial room: those in view). */
     this.members = new Map();
+    /** Members in the room, you included (in a spatial room, in view or not); 0 outside one. */
+    this.population = 0;
     /** Your own member (motion predicted locally); null outside a room. */
     this.me = null;
     this.memberId = null;
@@ -1198,6 +1205,9 @@ export class AmbleClient {
     else if (msg.tokenExpiring) this.onTokenExpiring(msg.tokenExpiring);
     else if (msg.tokenRefreshed) this.onTokenRefreshed(msg.tokenRefreshed);
     else if (msg.system) this.onSystem(msg.system);
+    else if (msg.appeared) this.onAppeared(msg.appeared);
+    else if (msg.disappeared) this.onDisappeared(msg.disappeared);
+    else if (msg.population) this.onPopulation(msg.population);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
 
@@ -1208,6 +1218,7 @@ export class AmbleClient {
     const previous = this.me; // set when this is a rejoin after a reconnect
     const localNow = this.now();
     this.limits = { ...DEFAULT_LIMITS, ...(w.limits ?? {}) };
+    this.population = w.population || (w.snapshot?.members.length ?? 0);
     this.applyLimits();
     this.checkServer(w.protocolRevision ?? 0, w.serverVersion ?? '');
     const snapshot = w.snapshot ?? { serverTimeMs: 0, members: [] };
@@ -1317,6 +1328,34 @@ export class AmbleClient {
     const m = Member.fromWire(j.member, { tuning: this.tuning });
     this.members.set(m.id, m);
     this.emit('joined', m);
+  }
+
+  /** Spatial rooms: members that came into view (not arrivals: no `joined`). */
+  onAppeared(a) {
+    if (this.state !== State.JOINED) return;
+    for (const wire of a.members) {
+      if (wire.id === this.memberId) continue;
+      const m = Member.fromWire(wire, { tuning: this.tuning });
+      this.members.set(m.id, m);
+      this.emit('appeared', m);
+    }
+  }
+
+  /** Spatial rooms: members that went out of view (not departures: no `left`). */
+  onDisappeared(d) {
+    if (this.state !== State.JOINED) return;
+    for (const id of d.memberIds) {
+      const m = id === this.memberId ? undefined : this.members.get(id);
+      if (!m) continue;
+      this.members.delete(id);
+      this.emit('disappeared', m);
+    }
+  }
+
+  onPopulation(p) {
+    if (this.state !== State.JOINED) return;
+    this.population = p.members;
+    this.emit('population', p.members);
   }
 
   onLeft(l) {

@@ -78,6 +78,7 @@ fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
             spawn: Position { x: 10, y: 10 },
             world: Position { x: 5_000, y: 5_000 },
             limits: pb::Limits::default(),
+            spatial: None,
         },
         Clock::start(),
         Arc::new(Metrics::default()),
@@ -391,6 +392,7 @@ fn spawn_points_are_spread_and_inside_the_world() {
         spawn: Position { x: 2_500, y: 2_500 },
         world: Position { x: 5_000, y: 5_000 },
         limits: pb::Limits::default(),
+        spatial: None,
     };
     let points: Vec<_> = (0..500)
         .map(|i| spawn_point(&settings, MemberId(i)))

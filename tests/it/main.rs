@@ -18,4 +18,5 @@ mod lifecycle;
 mod movement;
 mod node_sdk;
 mod proxy;
+mod spatial;
 mod support;

@@ -157,7 +157,7 @@ function setup(options = {}) {
   const events = [];
   for (const type of [
     'state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data',
-    'tokenExpiring', 'tokenRefreshed', 'system',
+    'tokenExpiring', 'tokenRefreshed', 'system', 'appeared', 'disappeared', 'population',
   ]) {
     client.on(type, (...args) => events.push([type, ...args]));
   }
@@ -735,6 +735,25 @@ test('replaced by your own newer connection (REPLACED, close 4000): closed, not 
   time.advance(120_000);
   assert.equal(sockets.length, 1);
   assert.equal(LeaveReason.REPLACED, 6);
+});
+
+// Issue #17: a spatial room sends what comes into view and goes out of it.
+test('spatial: Appeared adds members without a joined, Disappeared removes them without a left', () => {
+  const { client, last, of } = joined();
+  assert.equal(client.population, 3);
+  last().receive({ appeared: { members: [wire(7, 'Far', 9000, 9000), wire(1, 'Me', 0, 0)] } });
+  assert.equal(client.members.get(7).name, 'Far');
+  assert.equal(client.me.positionAt(client.serverNow()).x, 2500, 'yourself is never replaced');
+  assert.deepEqual(of('appeared').map((e) => e[1].id), [7]);
+  assert.equal(of('joined').length, 0);
+  last().receive({ disappeared: { memberIds: [7, 1, 99] } });
+  assert.equal(client.members.has(7), false);
+  assert.equal(client.members.has(1), true, 'yourself stays');
+  assert.deepEqual(of('disappeared').map((e) => e[1].id), [7]);
+  assert.equal(of('left').length, 0);
+  last().receive({ population: { members: 9412 } });
+  assert.equal(client.population, 9412);
+  assert.deepEqual(of('population').map((e) => e[1]), [9412]);
 });
 
 // Issue #18: the app's removals through the server API end the session for good.

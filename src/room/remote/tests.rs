@@ -65,6 +65,7 @@ impl Node {
                 spawn: Position { x: 10, y: 10 },
                 world: Position { x: 5_000, y: 5_000 },
                 limits: pb::Limits::default(),
+                spatial: None,
             },
             Clock::start(),
             Arc::clone(&metrics),
