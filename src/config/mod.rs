@@ -5,7 +5,8 @@
 //! command line: [`EdgeConfig`] (listening, HTTP before the upgrade),
 //! [`SessionConfig`] (what one WebSocket may send, its deadlines),
 //! [`RoomConfig`] (the tick and the world), [`AddressConfig`] and
-//! [`AuthConfig`] (in `access`), [`ClusterConfig`] (in `cluster`), and the
+//! [`AuthConfig`] (in `access`), [`ClusterConfig`] (in `cluster`),
+//! [`HookConfig`] (in `hooks`), and the
 //! process's own flags. Each flag keeps its place in `--help` through its
 //! `display_order`, the order it had before the groups.
 
@@ -22,6 +23,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 pub use crate::access::addresses::{AddressConfig, ForwardedHeader};
 pub use crate::access::auth::AuthConfig;
 pub use crate::cluster::settings::ClusterConfig;
+pub use crate::hooks::HookConfig;
 use crate::protocol::{Rules, pb};
 pub use edge::{EdgeConfig, ListenAddr};
 pub use room::RoomConfig;
@@ -57,6 +59,10 @@ pub struct Config {
     // Cluster (NATS).
     #[command(flatten)]
     pub cluster: ClusterConfig,
+
+    // Webhooks: events POSTed to the app.
+    #[command(flatten)]
+    pub hooks: HookConfig,
 
     // The process: connection cap, shutdown, runtime, logging.
     /// Most open WebSocket connections; more are refused with 1013. Each
@@ -484,6 +490,11 @@ mod tests {
                 "auth-jwks-url",
                 "auth-jwks-refresh-secs",
                 "auth-expiry-notice-secs",
+                "webhook-url",
+                "webhook-secret-file",
+                "webhook-queue",
+                "webhook-batch",
+                "webhook-timeout-ms",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -27,6 +27,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 
 use crate::clock::Clock;
+use crate::hooks::Hooks;
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -72,6 +73,9 @@ pub struct Rooms {
     this: std::sync::Weak<Rooms>,
     /// Cluster mode: set once at start; `None` costs one check.
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// Webhooks (`--webhook-url`): set once at start; events of this
+    /// node's members are pushed into it, never waiting.
+    hooks: std::sync::OnceLock<Arc<Hooks>>,
     /// The next member's seat: ids are reused, seats never are, so a
     /// replaced member's connection cannot act on whoever got its id.
     seats: AtomicU64,
@@ -131,6 +135,10 @@ struct State {
     users: HashMap<Arc<str>, MemberId>,
     /// Members with a pending move, in arrival order (may repeat an id).
     dirty: Vec<MemberId>,
+    /// With webhooks: when each of this node's members joined (server
+    /// time), for `member.left`'s `duration_ms`. Kept out of `Member`,
+    /// which the tick walks; bounded by the capacity like `users`.
+    joined_at_ms: HashMap<MemberId, u64>,
     /// False once the last member left and the room left the map.
     open: bool,
     /// Cluster mode: the other nodes' parts and this node's publishing.
@@ -287,6 +295,7 @@ impl Rooms {
             map: DashMap::new(),
             this: this.clone(),
             cluster: std::sync::OnceLock::new(),
+            hooks: std::sync::OnceLock::new(),
             seats: AtomicU64::new(0),
             openings: AtomicU64::new(0),
             settings,
@@ -298,6 +307,18 @@ impl Rooms {
 
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// Sends this node's room and member events to `hooks` from now on
+    /// (once, at start).
+    pub fn attach_hooks(&self, hooks: Arc<Hooks>) {
+        let _ = self.hooks.set(hooks);
+    }
+
+    /// The webhooks, if `--webhook-url` is set: the server API emits
+    /// `member.kicked` through them.
+    pub fn hooks(&self) -> Option<&Arc<Hooks>> {
+        self.hooks.get()
     }
 
     /// Joins `room` (creating it) as `name`, with `sink` for its frames. On
@@ -384,6 +405,7 @@ impl Rooms {
                     members: BTreeMap::new(),
                     users: HashMap::new(),
                     dirty: Vec::new(),
+                    joined_at_ms: HashMap::new(),
                     open: true,
                     remote: self.cluster.get().map(|c| {
                         let opening = self.openings.fetch_add(1, Ordering::Relaxed) + 1;
@@ -423,12 +445,35 @@ impl Rooms {
                 capacity: self.settings.capacity,
             });
         }
-        // The user's older member leaves first (its id may be reused).
-        let replaced = match replacing {
-            Some(old) if st.members.remove(&old).is_some() => Some(old),
-            _ => None,
-        };
         let now_ms = self.clock.now_ms();
+        let hooks = self.hooks.get();
+        // The user's older member leaves first (its id may be reused).
+        let replaced = match replacing.and_then(|old| Some((old, st.members.remove(&old)?))) {
+            Some((old, gone)) => {
+                let since = st.joined_at_ms.remove(&old);
+                if let Some(hooks) = hooks {
+                    hooks.left(
+                        &handle.name,
+                        old.0,
+                        &gone.name,
+                        gone.user.clone(),
+                        LeaveReason::Replaced,
+                        since.map_or(0, |t| now_ms.saturating_sub(t)),
+                    );
+                }
+                Some(old)
+            }
+            None => None,
+        };
+        // Outside a cluster this node sees the whole room (in a cluster,
+        // `occupancy` decides).
+        if let Some(hooks) = hooks
+            && self.cluster.get().is_none()
+            && st.members.is_empty()
+            && replaced.is_none()
+        {
+            hooks.occupied(&handle.name);
+        }
         let (slot, slots) = self.cluster.get().map_or((0, 1), |c| (c.slot(), c.slots()));
         let id = st.lowest_free_id(slot, slots);
         if let Some(u) = &user {
@@ -446,6 +491,10 @@ impl Rooms {
             pending: None,
             origin: None,
         };
+        if let Some(hooks) = hooks {
+            hooks.joined(&handle.name, id.0, &member.name, member.user.clone());
+            st.joined_at_ms.insert(id, now_ms);
+        }
         let joined_pb = member_pb(id, &member);
         st.members.insert(id, member);
         if let Some(cluster) = self.cluster.get() {
@@ -513,8 +562,22 @@ impl Rooms {
             if st.members.get(&id).is_none_or(|m| m.seat != seat) {
                 return;
             }
-            if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
-                st.users.remove(&user);
+            if let Some(gone) = st.members.remove(&id) {
+                if let Some(user) = &gone.user {
+                    st.users.remove(user);
+                }
+                let since = st.joined_at_ms.remove(&id);
+                if let Some(hooks) = self.hooks.get() {
+                    let now_ms = self.clock.now_ms();
+                    hooks.left(
+                        &room.name,
+                        id.0,
+                        &gone.name,
+                        gone.user,
+                        reason,
+                        since.map_or(0, |t| now_ms.saturating_sub(t)),
+                    );
+                }
             }
             let shutting_down = self.shutting_down.load(Ordering::Relaxed);
             let (now_empty, linger) = match self.cluster.get() {
@@ -528,6 +591,9 @@ impl Rooms {
                     let now_empty = st.members.is_empty();
                     if now_empty {
                         st.open = false;
+                        if let Some(hooks) = self.hooks.get() {
+                            hooks.vacated(&room.name);
+                        }
                     }
                     (now_empty, None)
                 }

@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::edge::http::Http;
 use crate::edge::listener::accept_loop;
 use crate::edge::metrics_token::{MetricsToken, TokenFileError};
+use crate::hooks::{self, Hooks};
 use crate::metrics::Metrics;
 
 use capacity::{Capacity, RESERVED_FILES};
@@ -43,6 +44,9 @@ pub enum StartError {
     /// The cluster link (`--nats` and its files) cannot start.
     #[error(transparent)]
     ClusterStart(#[from] cluster::link::StartError),
+    /// Webhooks (`--webhook-url`, `--webhook-secret-file`) cannot start.
+    #[error(transparent)]
+    Hooks(#[from] hooks::SetupError),
 }
 
 /// Serves amble on `listener` until `shutdown` completes, then closes every
@@ -154,6 +158,19 @@ pub async fn serve_started(
         open_files,
     );
     let http = Http::new(Arc::clone(&shared), capacity.http as usize);
+    let node = cluster_settings
+        .as_ref()
+        .map(|settings| Arc::<str>::from(settings.node.as_str()));
+    let hooks = Hooks::start(
+        &shared.config.hooks,
+        node,
+        shared.clock,
+        Arc::clone(&shared.metrics),
+    )?
+    .map(|(hooks, running)| {
+        shared.rooms.attach_hooks(hooks);
+        running
+    });
     if let Some(settings) = cluster_settings {
         let cluster = cluster::link::start(
             settings,
@@ -212,6 +229,10 @@ pub async fn serve_started(
     }
     let _ = ticker.await;
     let _ = cutter.await;
+    // After the connections: their members' `member.left` are queued.
+    if let Some(hooks) = hooks {
+        hooks.flush_and_stop().await;
+    }
     info!("stopped");
     Ok(())
 }
