@@ -1,0 +1,511 @@
+//! Issue #18, webhooks: a real HTTP receiver (hyper, on 127.0.0.1:0) that
+//! the test switches between accepting, failing with a status, and
+//! stalling past `--webhook-timeout-ms`; amble started with the flags;
+//! members joining and leaving over real WebSockets. Deliveries arrive in
+//! batches, signed, with ids; after failures and stalls every event
+//! arrives, in order; a full queue drops and counts; docs/api.md's Node
+//! and Python examples verify a real delivery.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use amble::hooks::sign;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use amble::protocol::pb::{self, client_message::Body as C};
+
+use crate::support::*;
+
+/// How the receiver answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Answer {
+    /// 200.
+    Accept,
+    /// This status.
+    Status(u16),
+    /// Reads the request and never answers.
+    Stall,
+}
+
+/// One POST the receiver read.
+#[derive(Clone, Debug)]
+pub struct Post {
+    pub signature: String,
+    pub content_type: String,
+    pub body: Bytes,
+    /// What it was answered (`None`: stalled).
+    pub answer: Answer,
+}
+
+impl Post {
+    /// The events of its body.
+    pub fn events(&self) -> Vec<Value> {
+        let v: Value = serde_json::from_slice(&self.body).expect("a JSON body");
+        v["events"].as_array().expect("an events array").clone()
+    }
+}
+
+/// The webhook receiver, until dropped.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    answer: Arc<Mutex<Answer>>,
+    posts: watch::Receiver<Vec<Post>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Receiver {
+    pub async fn start(answer: Answer) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let answer = Arc::new(Mutex::new(answer));
+        let (record, posts) = watch::channel(Vec::new());
+        let record = Arc::new(record);
+        let shared = Arc::clone(&answer);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    return;
+                };
+                let answer = Arc::clone(&shared);
+                let record = Arc::clone(&record);
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let answer = Arc::clone(&answer);
+                        let record = Arc::clone(&record);
+                        async move {
+                            let header = |name: &str| {
+                                req.headers()
+                                    .get(name)
+                                    .and_then(|v| v.to_str().ok())
+                                    .unwrap_or_default()
+                                    .to_owned()
+                            };
+                            let signature = header(sign::HEADER);
+                            let content_type = header("content-type");
+                            let body = req.into_body().collect().await.map(|b| b.to_bytes());
+                            let body = body.unwrap_or_default();
+                            let now = *answer.lock().unwrap_or_else(PoisonError::into_inner);
+                            record.send_modify(|posts| {
+                                posts.push(Post {
+                                    signature,
+                                    content_type,
+                                    body,
+                                    answer: now,
+                                });
+                            });
+                            let status = match now {
+                                Answer::Accept => 200,
+                                Answer::Status(code) => code,
+                                Answer::Stall => std::future::pending().await,
+                            };
+                            let response = Response::builder()
+                                .status(status)
+                                .body(Full::new(Bytes::from_static(b"ok")))
+                                .expect("a response");
+                            Ok::<_, Infallible>(response)
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Self {
+            addr,
+            answer,
+            posts,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/hooks/amble", self.addr)
+    }
+
+    /// Answers every later POST so.
+    pub fn set(&self, answer: Answer) {
+        *self.answer.lock().unwrap_or_else(PoisonError::into_inner) = answer;
+    }
+
+    /// Every POST so far.
+    pub fn posts(&self) -> Vec<Post> {
+        self.posts.borrow().clone()
+    }
+
+    /// Waits (within [`WAIT`]) until the POSTs so far satisfy `done`.
+    pub async fn until(&self, what: &str, done: impl Fn(&[Post]) -> bool) -> Vec<Post> {
+        let mut posts = self.posts.clone();
+        within(what, async {
+            let seen = posts
+                .wait_for(|p| done(p))
+                .await
+                .expect("the receiver runs");
+            seen.clone()
+        })
+        .await
+    }
+}
+
+/// The events of the accepted POSTs, in the order received, each once
+/// (a batch sent again after a lost answer is counted once).
+fn accepted(posts: &[Post]) -> Vec<Value> {
+    let mut seen = std::collections::HashSet::new();
+    posts
+        .iter()
+        .filter(|p| p.answer == Answer::Accept)
+        .flat_map(Post::events)
+        .filter(|e| seen.insert(e["id"].as_str().expect("an id").to_owned()))
+        .collect()
+}
+
+/// `type member_id` (or `type` alone) of each event.
+fn summary(events: &[Value]) -> Vec<String> {
+    events
+        .iter()
+        .map(|e| {
+            let kind = e["type"].as_str().expect("a type");
+            match e.get("member_id") {
+                Some(id) => format!("{kind} {id}"),
+                None => kind.to_owned(),
+            }
+        })
+        .collect()
+}
+
+/// The counter at the end of an event's id.
+fn seq(event: &Value) -> u64 {
+    let id = event["id"].as_str().expect("an id");
+    id.rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{id}: no counter"))
+}
+
+/// Sends Leave (the member leaves with reason `left`), then closes.
+async fn leave(mut client: Client) {
+    client.send(C::Leave(pb::Leave {})).await;
+}
+
+const SECRET: &[u8] = b"\x00\xffwebhook secret\x80 with binary bytes";
+
+/// A secret file (with the trailing line break editors add) in `dir`.
+fn secret_file(dir: &Path) -> PathBuf {
+    let path = dir.join("webhook-secret");
+    let mut bytes = SECRET.to_vec();
+    bytes.push(b'\n');
+    std::fs::write(&path, bytes).expect("write the secret");
+    path
+}
+
+fn now_ms() -> u64 {
+    amble::auth::unix_now() * 1_000
+}
+
+#[tokio::test]
+async fn deliveries_are_signed_batched_and_survive_failures_and_stalls() {
+    let receiver = Receiver::start(Answer::Accept).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_file(dir.path());
+    let server = TestServer::with(config(|c| {
+        c.hooks.webhook_url = Some(receiver.url());
+        c.hooks.webhook_secret_file = Some(secret);
+        c.hooks.webhook_batch = 2;
+        c.hooks.webhook_timeout_ms = 300;
+    }))
+    .await;
+
+    // Accepting: the room fills, in order, in batches of at most 2.
+    let (ada, _) = server.joined("hooks", "Ada").await;
+    let (bo, _) = server.joined("hooks", "Bo").await;
+    let posts = receiver
+        .until("the first three events", |p| accepted(p).len() >= 3)
+        .await;
+    assert_eq!(
+        summary(&accepted(&posts)),
+        ["room.occupied", "member.joined 0", "member.joined 1"]
+    );
+    for post in &posts {
+        assert_eq!(post.content_type, "application/json");
+        assert!(
+            post.events().len() <= 2,
+            "batches of at most --webhook-batch"
+        );
+        assert!(
+            sign::verify(SECRET, &post.signature, &post.body, now_ms(), 60_000),
+            "{} does not verify",
+            post.signature
+        );
+        assert!(!sign::verify(
+            b"another secret",
+            &post.signature,
+            &post.body,
+            now_ms(),
+            60_000
+        ));
+    }
+    let first = &accepted(&posts)[1];
+    assert_eq!(first["room"], "hooks");
+    assert_eq!(first["name"], "Ada");
+    assert_eq!(first["user"], Value::Null);
+
+    // Failing with 500: the next batch is tried again...
+    receiver.set(Answer::Status(500));
+    let (cy, _) = server.joined("hooks", "Cy").await;
+    receiver
+        .until("a POST answered 500", |p| {
+            p.iter().any(|p| p.answer == Answer::Status(500))
+        })
+        .await;
+    // ...then stalls past the timeout...
+    receiver.set(Answer::Stall);
+    receiver
+        .until("a stalled POST", |p| {
+            p.iter().any(|p| p.answer == Answer::Stall)
+        })
+        .await;
+    drop(cy);
+    leave(bo).await;
+    drop(ada);
+    // ...and recovers: everything arrives, once each, in order.
+    receiver.set(Answer::Accept);
+    let posts = receiver
+        .until("every event after the failures", |p| {
+            accepted(p).iter().any(|e| e["type"] == "room.vacated")
+        })
+        .await;
+    let events = accepted(&posts);
+    let kinds = summary(&events);
+    assert_eq!(
+        &kinds[..4],
+        [
+            "room.occupied",
+            "member.joined 0",
+            "member.joined 1",
+            "member.joined 2"
+        ]
+    );
+    let mut lefts: Vec<&str> = kinds[4..7].iter().map(String::as_str).collect();
+    lefts.sort_unstable();
+    assert_eq!(lefts, ["member.left 0", "member.left 1", "member.left 2"]);
+    assert_eq!(kinds[7], "room.vacated");
+    assert_eq!(kinds.len(), 8);
+    let seqs: Vec<u64> = events.iter().map(seq).collect();
+    assert!(
+        seqs.windows(2).all(|w| w[1] == w[0] + 1),
+        "in order, none missing: {seqs:?}"
+    );
+    for e in &events[4..7] {
+        assert!(e["duration_ms"].as_u64().is_some(), "{e}");
+        assert!(
+            ["left", "disconnected"].contains(&e["reason"].as_str().expect("a reason")),
+            "{e}"
+        );
+    }
+    // Retries resend the same body (the same ids), signed anew.
+    let posts = receiver.posts();
+    let retried: Vec<&Post> = posts
+        .iter()
+        .filter(|p| {
+            p.body
+                == posts
+                    .iter()
+                    .find(|q| q.answer == Answer::Status(500))
+                    .expect("a 500")
+                    .body
+        })
+        .collect();
+    assert!(
+        retried.len() >= 3,
+        "sent, failed, stalled, then accepted: {}",
+        retried.len()
+    );
+    assert!(retried.iter().any(|p| p.answer == Answer::Accept));
+    assert!(
+        server
+            .metric("amble_webhook_deliveries_total{outcome=\"status\"}")
+            .await
+            >= 1.0
+    );
+    assert!(
+        server
+            .metric("amble_webhook_deliveries_total{outcome=\"timeout\"}")
+            .await
+            >= 1.0
+    );
+    assert!(server.metric("amble_webhook_retries_total").await >= 2.0);
+    assert_eq!(
+        server
+            .metric("amble_webhook_events_total{event=\"member.joined\"}")
+            .await,
+        3.0
+    );
+    server
+        .until_metric("amble_webhook_queue_depth", |d| d == 0.0)
+        .await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_the_oldest_and_a_refused_batch_is_dropped() {
+    let receiver = Receiver::start(Answer::Status(503)).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_file(dir.path());
+    let server = TestServer::with(config(|c| {
+        c.hooks.webhook_url = Some(receiver.url());
+        c.hooks.webhook_secret_file = Some(secret);
+        c.hooks.webhook_batch = 1;
+        c.hooks.webhook_queue = 3;
+    }))
+    .await;
+    // One batch (the occupied) stuck in flight, then 2 places: 6 events more.
+    for name in ["A", "B", "C"] {
+        let (c, _) = server.joined(&format!("full-{name}"), name).await;
+        if name == "A" {
+            receiver.until("the first attempt", |p| !p.is_empty()).await;
+        }
+        leave(c).await;
+    }
+    // Every event queued (or dropped) before the receiver recovers.
+    server
+        .until_metric("amble_webhook_events_total{event=\"room.vacated\"}", |n| {
+            n == 3.0
+        })
+        .await;
+    receiver.set(Answer::Accept);
+    let posts = receiver
+        .until("the queue to drain", |p| accepted(p).len() >= 3)
+        .await;
+    let events = accepted(&posts);
+    assert_eq!(events[0]["type"], "room.occupied");
+    assert_eq!(events[0]["room"], "full-A");
+    // The newest events survived, and the jump in the ids shows the gap.
+    let seqs: Vec<u64> = events.iter().map(seq).collect();
+    assert_eq!(seqs[0], 1);
+    assert!(seqs[1] > 2, "the oldest waiting were dropped: {seqs:?}");
+    assert_eq!(events.last().expect("events")["type"], "room.vacated");
+    assert_eq!(events.last().expect("events")["room"], "full-C");
+    let dropped = server
+        .metric("amble_webhook_dropped_total{reason=\"queue_full\"}")
+        .await;
+    // 3 rooms of 4 events: the one in flight and the 2 newest delivered.
+    assert_eq!(events.len(), 3, "{seqs:?}");
+    assert_eq!(dropped, 9.0, "{seqs:?}");
+
+    // A 4xx (not 408 or 429) refuses the batch: dropped, counted, next.
+    receiver.set(Answer::Status(422));
+    let (d, _) = server.joined("refused", "D").await;
+    server
+        .until_metric("amble_webhook_dropped_total{reason=\"refused\"}", |n| {
+            n >= 1.0
+        })
+        .await;
+    receiver.set(Answer::Accept);
+    leave(d).await;
+    receiver
+        .until("the events after the refusal", |p| {
+            accepted(p)
+                .iter()
+                .any(|e| e["room"] == "refused" && e["type"] == "room.vacated")
+        })
+        .await;
+    server.stop().await;
+}
+
+/// The ```LANG block of docs/api.md's "## Webhooks" section.
+fn verify_example(lang: &str) -> String {
+    let doc = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/api.md"))
+        .expect("docs/api.md");
+    let section = &doc[doc.find("## Webhooks").expect("the section")..];
+    let open = format!("```{lang}\n");
+    let rest = &section[section
+        .find(&open)
+        .unwrap_or_else(|| panic!("a {lang} block"))
+        + open.len()..];
+    rest[..rest.find("```").expect("the block's end")].to_owned()
+}
+
+#[tokio::test]
+async fn the_docs_verification_examples_accept_a_real_delivery_and_nothing_else() {
+    let receiver = Receiver::start(Answer::Accept).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_file(dir.path());
+    let server = TestServer::with(config(|c| {
+        c.hooks.webhook_url = Some(receiver.url());
+        c.hooks.webhook_secret_file = Some(secret);
+    }))
+    .await;
+    let (_ada, _) = server.joined("docs", "Ada").await;
+    let posts = receiver.until("a delivery", |p| !p.is_empty()).await;
+    let post = &posts[0];
+    let write = |name: &str, bytes: &[u8]| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, bytes).expect("write");
+        path.to_str().expect("utf-8").to_owned()
+    };
+    let secret = write("secret.bin", SECRET);
+    let body = write("body.json", &post.body);
+    let mut tampered = post.body.to_vec();
+    tampered[0] = b' ';
+    let tampered = write("tampered.json", &tampered);
+
+    let node = verify_example("js")
+        + r#"
+import { readFileSync } from "node:fs";
+const [secret, header, body] = process.argv.slice(2);
+console.log(verifyAmble(readFileSync(secret), header, readFileSync(body)));
+"#;
+    let python = verify_example("python")
+        + r#"
+import sys
+secret, header, body = sys.argv[1:4]
+print(verify_amble(open(secret, "rb").read(), header, open(body, "rb").read()))
+"#;
+    let node = write("verify.mjs", node.as_bytes());
+    let python = write("verify.py", python.as_bytes());
+    for (program, script, yes) in [
+        ("node", &node, "true"),
+        ("/usr/bin/python3", &python, "True"),
+    ] {
+        let no = if yes == "true" { "false" } else { "False" };
+        let stale = post.signature.replacen("t=", "t=1", 1);
+        for (header, body, want) in [
+            (post.signature.as_str(), &body, yes),
+            (post.signature.as_str(), &tampered, no),
+            (stale.as_str(), &body, no),
+            ("v1=00", &body, no),
+        ] {
+            let out = tokio::process::Command::new(program)
+                .args([script.as_str(), &secret, header, body])
+                .output()
+                .await
+                .unwrap_or_else(|err| panic!("{program}: {err}"));
+            assert!(
+                out.status.success(),
+                "{program}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout).trim(),
+                want,
+                "{program} {header}"
+            );
+        }
+    }
+    server.stop().await;
+}
