@@ -15,6 +15,7 @@
 //! | `P.v2.hb.all` | `Heartbeat` |
 //! | `P.v2.q.rooms` | `RoomCounts` (request/reply) |
 //! | `P.v2.q.nodes` | `Heartbeat{claiming}`: the slot claim at start-up (request/reply) |
+//! | `P.v2.o.all` | `Occupancy`: a node's rooms with members (webhooks) |
 
 use async_nats::Subject;
 
@@ -72,6 +73,12 @@ impl Subjects {
         self.make("q", "rooms")
     }
 
+    /// Where nodes tell which rooms they have members in (webhooks'
+    /// `room.occupied` and `room.vacated`).
+    pub fn occupancy(&self) -> Subject {
+        self.make("o", "all")
+    }
+
     /// The slot claims of starting nodes: every live node answers with its
     /// name, epoch and slot.
     pub fn nodes(&self) -> Subject {
@@ -102,10 +109,16 @@ mod tests {
     /// and nodes named like the other deployment's kinds and names.
     fn all(s: &Subjects) -> (Vec<Subject>, Vec<Subject>) {
         let names = [
-            "hb", "all", "r", "s", "n", "q", "rooms", "v2", "lobby", "a.b",
+            "hb", "all", "r", "s", "n", "q", "o", "rooms", "v2", "lobby", "a.b",
         ];
-        let mut published = vec![s.heartbeats(), s.counts(), s.nodes()];
-        let mut subscribed = vec![s.heartbeats(), s.counts(), s.nodes(), s.snapshots()];
+        let mut published = vec![s.heartbeats(), s.counts(), s.nodes(), s.occupancy()];
+        let mut subscribed = vec![
+            s.heartbeats(),
+            s.counts(),
+            s.nodes(),
+            s.snapshots(),
+            s.occupancy(),
+        ];
         for name in names {
             published.extend([s.room(name), s.snapshot(name)]);
             subscribed.push(s.room(name));

@@ -13,23 +13,27 @@
 //! the secret read at start, and the `amble_webhook_*` metrics' updates.
 
 pub mod event;
+pub mod occupancy;
 pub mod queue;
 pub mod sender;
 pub mod sign;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, Weak};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::clock::Clock;
+use crate::cluster::{Cluster, wire};
 use crate::metrics::Metrics;
 use crate::outbound::{Connector, PlainHttp, Target};
 
 use event::{Source, What};
+use occupancy::{Change, Occupancy, chosen};
 use queue::{Limits, Pushed, Queue};
 
 /// The longest shutdown waits for the queue to empty.
@@ -149,6 +153,17 @@ pub struct Hooks {
     source: Source,
     clock: Clock,
     metrics: Arc<Metrics>,
+    /// Cluster mode: which rooms have members on which node. Taken after a
+    /// room's `state` and before the queue; events of a transition are
+    /// queued under it, so they keep the map's order.
+    occupancy: Mutex<Occupancy>,
+    /// Cluster mode: set once at start.
+    cluster: OnceLock<Arc<Cluster>>,
+    /// Shutting down: in a cluster the other nodes send this node's rooms'
+    /// `room.vacated` once its goodbye reached them.
+    stopping: AtomicBool,
+    /// Stops the sender (after its flush) and the announcements.
+    stop: CancellationToken,
 }
 
 impl std::fmt::Debug for Hooks {
@@ -191,6 +206,10 @@ impl Hooks {
             source: Source::new(node, clock.now_ms()),
             clock,
             metrics,
+            occupancy: Mutex::new(Occupancy::default()),
+            cluster: OnceLock::new(),
+            stopping: AtomicBool::new(false),
+            stop: CancellationToken::new(),
         })
     }
 
@@ -231,7 +250,7 @@ impl Hooks {
             max_retry: MAX_RETRY,
         };
         let hooks = Self::new(limits, node, clock, metrics);
-        let stop = CancellationToken::new();
+        let stop = hooks.stop.clone();
         let task = tokio::spawn(sender::run(
             Arc::clone(&hooks),
             sender::Post {
@@ -318,14 +337,152 @@ impl Hooks {
         );
     }
 
-    /// `room.occupied`: `room`'s first member arrived.
-    pub fn occupied(&self, room: &Arc<str>) {
-        self.emit(room, What::Occupied);
+    /// This node's first member of `room` arrived: on a single server
+    /// `room.occupied`; in a cluster, told to the others, and sent by the
+    /// node chosen for the room if the room had nobody anywhere.
+    pub fn local_occupied(&self, room: &Arc<str>) {
+        self.local(room, true);
     }
 
-    /// `room.vacated`: `room`'s last member left.
-    pub fn vacated(&self, room: &Arc<str>) {
-        self.emit(room, What::Vacated);
+    /// This node's last member of `room` left: on a single server
+    /// `room.vacated`; in a cluster, as [`local_occupied`](Self::local_occupied).
+    pub fn local_vacated(&self, room: &Arc<str>) {
+        self.local(room, false);
+    }
+
+    fn local(&self, room: &Arc<str>, occupied: bool) {
+        let Some(cluster) = self.cluster.get() else {
+            self.emit(
+                room,
+                if occupied {
+                    What::Occupied
+                } else {
+                    What::Vacated
+                },
+            );
+            return;
+        };
+        let me = cluster.me();
+        let mut map = self.occupancy();
+        let changes = map.set(&me.node, me.epoch, room, occupied);
+        // Under the lock: this node's messages go out in the order of its
+        // changes (`publish` never waits).
+        let (on, off) = if occupied {
+            (vec![room.to_string()], Vec::new())
+        } else {
+            (Vec::new(), vec![room.to_string()])
+        };
+        cluster.publish(
+            cluster.subjects().occupancy(),
+            wire::encode_occupancy(cluster.origin_pb(), on, off, false),
+        );
+        self.send_changes(cluster, changes);
+    }
+
+    /// Another node's rooms (`P.v2.o.all`): its transitions, sent here if
+    /// this node is the one chosen for the room.
+    pub fn remote_occupancy(&self, update: wire::Occupancy) {
+        let Some(cluster) = self.cluster.get() else {
+            return;
+        };
+        let node = &update.origin.node;
+        let epoch = update.origin.epoch;
+        let arcs = |rooms: Vec<String>| rooms.into_iter().map(Arc::<str>::from).collect::<Vec<_>>();
+        let mut map = self.occupancy();
+        let changes = if update.full {
+            map.replace(node, epoch, &arcs(update.occupied))
+        } else {
+            let mut changes = Vec::new();
+            for room in arcs(update.occupied) {
+                changes.extend(map.set(node, epoch, &room, true));
+            }
+            for room in arcs(update.vacated) {
+                changes.extend(map.set(node, epoch, &room, false));
+            }
+            changes
+        };
+        self.send_changes(cluster, changes);
+    }
+
+    /// Node `node` in `epoch` is gone (stopped, lost, restarted): the rooms
+    /// only it had are vacated.
+    pub fn node_lost(&self, node: &str, epoch: u64) {
+        let Some(cluster) = self.cluster.get() else {
+            return;
+        };
+        let mut map = self.occupancy();
+        let changes = map.drop_node(node, epoch);
+        self.send_changes(cluster, changes);
+    }
+
+    /// Queues the transitions this node is chosen for; called with the
+    /// map's lock held, so they are queued in the map's order.
+    fn send_changes(&self, cluster: &Cluster, changes: Vec<Change>) {
+        if changes.is_empty() {
+            return;
+        }
+        if !cluster.settled() {
+            // Too young to know every node's rooms: a transition seen now
+            // may be one the others saw long ago.
+            debug!(
+                changes = changes.len(),
+                "webhooks: room transitions before this node knew the cluster; not sent"
+            );
+            return;
+        }
+        let live = cluster.live_nodes();
+        let me = &cluster.me().node;
+        // Stopping with peers: they send this node's rooms' vacating once
+        // its goodbye reaches them.
+        if self.stopping.load(Ordering::Relaxed) && live.len() > 1 {
+            return;
+        }
+        for change in changes {
+            let (room, what) = match change {
+                Change::Occupied(room) => (room, What::Occupied),
+                Change::Vacated(room) => (room, What::Vacated),
+            };
+            if chosen(&room, &live) == Some(me) {
+                self.emit(&room, what);
+            }
+        }
+    }
+
+    fn occupancy(&self) -> MutexGuard<'_, Occupancy> {
+        // Every critical section writes whole values: poisoning is ignored.
+        self.occupancy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Cluster mode: room transitions are decided with the other nodes
+    /// from now on. Announces this node's rooms when a peer appears and
+    /// every [`occupancy::ANNOUNCE`].
+    pub fn attach_cluster(self: &Arc<Self>, cluster: Arc<Cluster>) {
+        if self.cluster.set(Arc::clone(&cluster)).is_err() {
+            return;
+        }
+        tokio::spawn(announce(Arc::downgrade(self), cluster, self.stop.clone()));
+    }
+
+    /// Shutdown began: in a cluster with peers, this node no longer sends
+    /// room transitions.
+    pub fn begin_shutdown(&self) {
+        self.stopping.store(true, Ordering::Relaxed);
+    }
+
+    /// Publishes this node's whole list of rooms with members.
+    fn announce(&self, cluster: &Cluster) {
+        let map = self.occupancy();
+        let rooms = map
+            .rooms_of(&cluster.me().node)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        cluster.publish(
+            cluster.subjects().occupancy(),
+            wire::encode_occupancy(cluster.origin_pb(), rooms, Vec::new(), true),
+        );
     }
 
     /// Events held (waiting and in flight).
@@ -346,6 +503,37 @@ impl Hooks {
             inner.queue.done(now, queue::Outcome::Delivered);
         }
         out
+    }
+}
+
+/// Announces `hooks`' rooms to the cluster when the live peers change and
+/// every [`occupancy::ANNOUNCE`], until `stop`.
+async fn announce(hooks: Weak<Hooks>, cluster: Arc<Cluster>, stop: CancellationToken) {
+    let mut peers = cluster.peers();
+    tokio::select! {
+        () = tokio::time::sleep(cluster.until_settled()) => {}
+        () = stop.cancelled() => return,
+    }
+    match hooks.upgrade() {
+        Some(hooks) => hooks.announce(&cluster),
+        None => return,
+    }
+    info!(
+        nodes = cluster.live_nodes().len(),
+        "webhooks: room.occupied and room.vacated are now sent by the node chosen for each room"
+    );
+    loop {
+        tokio::select! {
+            changed = peers.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+            }
+            () = tokio::time::sleep(occupancy::ANNOUNCE) => {}
+            () = stop.cancelled() => return,
+        }
+        let Some(hooks) = hooks.upgrade() else { return };
+        hooks.announce(&cluster);
     }
 }
 

@@ -55,7 +55,7 @@ async fn kicked_is_queued_with_its_fields_and_counted() {
 async fn a_full_queue_drops_the_oldest_and_counts_it() {
     let (hooks, metrics) = hooks(2);
     let room: Arc<str> = Arc::from("r");
-    hooks.occupied(&room);
+    hooks.local_occupied(&room);
     hooks.joined(&room, 0, "Ada", None);
     hooks.left(
         &room,

@@ -447,6 +447,7 @@ impl Rooms {
         }
         let now_ms = self.clock.now_ms();
         let hooks = self.hooks.get();
+        let had_local = !st.joined_at_ms.is_empty();
         // The user's older member leaves first (its id may be reused).
         let replaced = match replacing.and_then(|old| Some((old, st.members.remove(&old)?))) {
             Some((old, gone)) => {
@@ -465,14 +466,12 @@ impl Rooms {
             }
             None => None,
         };
-        // Outside a cluster this node sees the whole room (in a cluster,
-        // `occupancy` decides).
+        // This node's first member of the room (a replaced member was
+        // one already): the webhooks decide whether the room is occupied.
         if let Some(hooks) = hooks
-            && self.cluster.get().is_none()
-            && st.members.is_empty()
-            && replaced.is_none()
+            && !had_local
         {
-            hooks.occupied(&handle.name);
+            hooks.local_occupied(&handle.name);
         }
         let (slot, slots) = self.cluster.get().map_or((0, 1), |c| (c.slot(), c.slots()));
         let id = st.lowest_free_id(slot, slots);
@@ -577,6 +576,9 @@ impl Rooms {
                         reason,
                         since.map_or(0, |t| now_ms.saturating_sub(t)),
                     );
+                    if st.joined_at_ms.is_empty() {
+                        hooks.local_vacated(&room.name);
+                    }
                 }
             }
             let shutting_down = self.shutting_down.load(Ordering::Relaxed);
@@ -591,9 +593,6 @@ impl Rooms {
                     let now_empty = st.members.is_empty();
                     if now_empty {
                         st.open = false;
-                        if let Some(hooks) = self.hooks.get() {
-                            hooks.vacated(&room.name);
-                        }
                     }
                     (now_empty, None)
                 }

@@ -180,6 +180,9 @@ pub async fn serve_started(
         )
         .await?;
         shared.rooms.attach_cluster(Arc::clone(&cluster));
+        if let Some(hooks) = shared.rooms.hooks() {
+            hooks.attach_cluster(Arc::clone(&cluster));
+        }
         let _ = shared.cluster.set(cluster);
     }
     let config = Arc::clone(&shared.config);
@@ -201,6 +204,9 @@ pub async fn serve_started(
 
     shutdown.await;
     let stop_by = tokio::time::Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
+    if let Some(hooks) = shared.rooms.hooks() {
+        hooks.begin_shutdown();
+    }
     if let Some(cluster) = shared.cluster.get() {
         // First, so the other nodes remove this node's members at once.
         let rooms = u32::try_from(shared.metrics.rooms.get()).unwrap_or(0);

@@ -509,3 +509,110 @@ print(verify_amble(open(secret, "rb").read(), header, open(body, "rb").read()))
     }
     server.stop().await;
 }
+
+/// Issue #18: in a cluster each member's `member.joined` and `member.left`
+/// come once, from its own node, and a room's `room.occupied` and
+/// `room.vacated` once for the whole cluster, whichever node its first
+/// and last members are on.
+#[tokio::test]
+async fn a_cluster_sends_each_room_transition_once() {
+    use crate::cluster_support::{Nats, Node, START, has_peers};
+    let receiver = Receiver::start(Answer::Accept).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_file(dir.path());
+    let url = receiver.url();
+    let secret = secret.to_str().expect("utf-8 path");
+    let args = [
+        "--webhook-url",
+        url.as_str(),
+        "--webhook-secret-file",
+        secret,
+        "--cluster-heartbeat-ms",
+        "200",
+    ];
+    let nats = Nats::start().await;
+    let n1 = Node::start(&nats, 1, &args).await;
+    let n2 = Node::start(&nats, 2, &args).await;
+    for node in [&n1, &n2] {
+        has_peers(node, 1).await;
+        node.log()
+            .wait_for(START, "room transitions decided with the cluster", |line| {
+                line.contains("now sent by the node chosen for each room")
+                    .then_some(())
+            })
+            .await;
+    }
+    // The first member on n1, the second on n2; the first to leave is the
+    // first to arrive, so the room empties on n2.
+    let mut ada = Client::connect(&n1.ws_url()).await;
+    ada.join("both", "Ada").await;
+    receiver
+        .until("room.occupied", |p| {
+            accepted(p).iter().any(|e| e["type"] == "room.occupied")
+        })
+        .await;
+    let mut bo = Client::connect(&n2.ws_url()).await;
+    bo.join("both", "Bo").await;
+    receiver
+        .until("Bo's member.joined", |p| {
+            accepted(p).iter().any(|e| e["name"] == "Bo")
+        })
+        .await;
+    leave(ada).await;
+    receiver
+        .until("Ada's member.left", |p| {
+            accepted(p)
+                .iter()
+                .any(|e| e["type"] == "member.left" && e["node"] == "n1")
+        })
+        .await;
+    leave(bo).await;
+    receiver
+        .until("room.vacated", |p| {
+            accepted(p).iter().any(|e| e["type"] == "room.vacated")
+        })
+        .await;
+    // A last event from each node: each node's queue is in order, so what
+    // either queued for "both" before it has arrived by then.
+    let mut last1 = Client::connect(&n1.ws_url()).await;
+    last1.join("last-n1", "L1").await;
+    let mut last2 = Client::connect(&n2.ws_url()).await;
+    last2.join("last-n2", "L2").await;
+    let posts = receiver
+        .until("the last events of both nodes", |p| {
+            let events = accepted(p);
+            ["last-n1", "last-n2"].iter().all(|room| {
+                events
+                    .iter()
+                    .any(|e| e["room"] == *room && e["type"] == "member.joined")
+            })
+        })
+        .await;
+    let both: Vec<Value> = accepted(&posts)
+        .into_iter()
+        .filter(|e| e["room"] == "both")
+        .collect();
+    let kinds = |kind: &str| both.iter().filter(|e| e["type"] == kind).count();
+    assert_eq!(kinds("room.occupied"), 1, "{both:#?}");
+    assert_eq!(kinds("room.vacated"), 1, "{both:#?}");
+    let per_node = |kind: &str, node: &str| {
+        both.iter()
+            .filter(|e| e["type"] == kind && e["node"] == node)
+            .count()
+    };
+    assert_eq!(per_node("member.joined", "n1"), 1, "{both:#?}");
+    assert_eq!(per_node("member.joined", "n2"), 1, "{both:#?}");
+    assert_eq!(per_node("member.left", "n1"), 1, "{both:#?}");
+    assert_eq!(per_node("member.left", "n2"), 1, "{both:#?}");
+    assert_eq!(both.len(), 6, "{both:#?}");
+    // Every delivery, from either node, verifies.
+    for post in &posts {
+        assert!(sign::verify(
+            SECRET,
+            &post.signature,
+            &post.body,
+            now_ms(),
+            60_000
+        ));
+    }
+}

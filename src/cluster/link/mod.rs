@@ -198,6 +198,7 @@ async fn launch(
         Control::Snapshot,
         Control::Sync,
         Control::Counts,
+        Control::Occupancy,
     ] {
         link.spawn(until_stopped(stop(), control(Arc::clone(c), kind)));
     }
