@@ -616,3 +616,105 @@ async fn a_cluster_sends_each_room_transition_once() {
         ));
     }
 }
+
+/// A graceful stop queues every member's `member.left` (reason
+/// `shutdown`) and the rooms' `room.vacated`, delivers them, and says so;
+/// with the receiver failing, it gives up after its flush and says how
+/// many were left.
+#[tokio::test]
+async fn a_graceful_stop_flushes_the_queue_and_says_what_was_left() {
+    use crate::cluster_support::{Node, START};
+    let receiver = Receiver::start(Answer::Accept).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_file(dir.path());
+    let url = receiver.url();
+    let args = [
+        "--webhook-url",
+        url.as_str(),
+        "--webhook-secret-file",
+        secret.to_str().expect("utf-8 path"),
+    ];
+    let mut node = Node::single(&args).await;
+    let mut ada = Client::connect(&node.ws_url()).await;
+    ada.join("stop", "Ada").await;
+    receiver
+        .until("Ada's member.joined", |p| accepted(p).len() >= 2)
+        .await;
+    node.terminate();
+    let posts = receiver
+        .until("the events of the stop", |p| {
+            accepted(p).iter().any(|e| e["type"] == "room.vacated")
+        })
+        .await;
+    let events = accepted(&posts);
+    let left = events
+        .iter()
+        .find(|e| e["type"] == "member.left")
+        .expect("Ada's member.left");
+    assert_eq!(left["reason"], "shutdown");
+    assert!(node.exited().await.success());
+    assert!(
+        node.log()
+            .text()
+            .contains("every queued event was delivered"),
+        "{}",
+        node.log().text()
+    );
+
+    receiver.set(Answer::Status(503));
+    let mut node = Node::single(&args).await;
+    let mut bo = Client::connect(&node.ws_url()).await;
+    bo.join("stop", "Bo").await;
+    receiver
+        .until("a failed attempt", |p| {
+            p.iter().any(|p| p.answer == Answer::Status(503))
+        })
+        .await;
+    node.terminate();
+    assert!(node.exited().await.success());
+    let line = node
+        .log()
+        .wait_for(START, "the count of events left", |line| {
+            line.contains("were not delivered before shutdown")
+                .then(|| line.to_owned())
+        })
+        .await;
+    // occupied, joined, left, vacated: none taken.
+    assert!(line.contains("events=4"), "{line}");
+}
+
+/// A webhook flag without the other, or a secret file that is missing or
+/// empty, stops the start with a message that names the flag.
+#[tokio::test]
+async fn bad_webhook_flags_stop_the_start() {
+    use crate::cluster_support::Node;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "\n").expect("write");
+    let empty = empty.to_str().expect("utf-8 path");
+    let missing = dir.path().join("missing");
+    let missing = missing.to_str().expect("utf-8 path");
+    let url = "http://127.0.0.1:9/hooks";
+    for (args, says) in [
+        (
+            vec!["--webhook-url", url],
+            "--webhook-secret-file is missing",
+        ),
+        (
+            vec!["--webhook-url", url, "--webhook-secret-file", empty],
+            "the file is empty",
+        ),
+        (
+            vec!["--webhook-url", url, "--webhook-secret-file", missing],
+            missing,
+        ),
+        (
+            vec!["--webhook-url", "ftp://x/h", "--webhook-secret-file", empty],
+            "--webhook-url ftp://x/h",
+        ),
+    ] {
+        let (status, log) = Node::refused("bad webhook flags", &args).await;
+        assert!(!status.success(), "{args:?}");
+        assert!(log.contains(says), "{args:?}: {log}");
+    }
+}
