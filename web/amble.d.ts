@@ -217,6 +217,14 @@ export interface ChatInfo {
   serverTimeMs: number;
 }
 
+/** A message from the app that hosts the world, not from a member (protocol revision 4). */
+export interface SystemInfo {
+  text: string;
+  serverTimeMs: number;
+  /** For you alone, not the whole room. */
+  direct: boolean;
+}
+
 /** The events of `client.on(type, fn)` and their handlers. */
 export interface AmbleEvents {
   state: (state: StateValue, previous: StateValue) => void;
@@ -227,6 +235,7 @@ export interface AmbleEvents {
   /** A member's data changed (yours too, once the server applied it); `previous` is the data before. */
   data: (member: Member, previous: Readonly<Record<string, string>>) => void;
   chat: (info: ChatInfo) => void;
+  system: (info: SystemInfo) => void;
   resync: (members: Map<number, Member>) => void;
   pong: (rttMs: number) => void;
   error: (info: ErrorInfo) => void;

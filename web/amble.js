@@ -36,6 +36,7 @@ export const VERSION = '0.1.0';
 export const REVISION_FEATURES = Object.freeze({
   2: Object.freeze(['Join.start (where to appear)', 'member data', 'the server version in Welcome']),
   3: Object.freeze(['token expiry notices and RefreshToken']),
+  4: Object.freeze(['resuming a held place after a drop', "the app's system messages"]),
 });
 
 /**
@@ -319,9 +320,23 @@ export function explainError(code, serverMessage = '') {
       return `That can't be set${serverMessage ? ` (${serverMessage})` : ''}.`;
     case ErrorCode.TOKEN_EXPIRED:
       return 'Your sign-in expired before it was renewed.';
+    case ErrorCode.KICKED:
+      return `You were removed from this room${appReason(serverMessage)}.`;
+    case ErrorCode.BANNED:
+      return `You can't join: ${serverMessage || 'you are banned'}.`;
+    case ErrorCode.MUTED:
+      return `You can't chat now: ${serverMessage || 'you are muted'}.`;
+    case ErrorCode.ROOM_CLOSED:
+      return 'This room was closed.';
     default:
       return serverMessage || `Server error ${code}.`;
   }
+}
+
+/** The app's reason in a KICKED message ("removed from the room by the app: REASON"). */
+function appReason(serverMessage) {
+  const reason = /by the app: (.+)$/.exec(serverMessage ?? '')?.[1];
+  return reason ? `: ${reason}` : '';
 }
 
 /** Error codes that refuse a Join; the socket stays open. RATE_LIMITED refuses one when joining too often. */
@@ -333,6 +348,7 @@ const REFUSALS = new Set([
   ErrorCode.FORBIDDEN,
   ErrorCode.RATE_LIMITED,
   ErrorCode.INVALID_DATA,
+  ErrorCode.BANNED,
 ]);
 
 /** The wait a RATE_LIMITED message names ("... next allowed in 1840 ms"), or null. */
@@ -345,10 +361,17 @@ export function retryAfterMs(serverMessage) {
 const CLOSE_REPLACED = 4000;
 /** Close code of a session whose token expired unrefreshed (TOKEN_EXPIRED). */
 const CLOSE_TOKEN_EXPIRED = 4003;
+/** Close codes of the app's removals (server API): KICKED, BANNED, ROOM_CLOSED. */
+const CLOSE_KICKED = 4004;
+const CLOSE_BANNED = 4005;
+const CLOSE_ROOM_CLOSED = 4006;
 
 /** Close codes after which retrying would only repeat the offence (or, for
- * 4000, take the room back from your own newer tab). */
-const NO_RETRY_CLOSE_CODES = new Set([1003, 1007, 1008, 1009, CLOSE_REPLACED]);
+ * 4000, take the room back from your own newer tab; for 4004-4006, undo
+ * what the app decided). */
+const NO_RETRY_CLOSE_CODES = new Set([
+  1003, 1007, 1008, 1009, CLOSE_REPLACED, CLOSE_KICKED, CLOSE_BANNED, CLOSE_ROOM_CLOSED,
+]);
 const NO_RETRY_ERRORS = new Set([
   ErrorCode.FLOOD,
   ErrorCode.MALFORMED,
@@ -357,6 +380,9 @@ const NO_RETRY_ERRORS = new Set([
   ErrorCode.UNAUTHENTICATED,
   ErrorCode.FORBIDDEN,
   ErrorCode.REPLACED,
+  ErrorCode.KICKED,
+  ErrorCode.BANNED,
+  ErrorCode.ROOM_CLOSED,
 ]);
 
 function defaultReportError(err) {
@@ -410,6 +436,9 @@ function serverUrls(options) {
  * - `left` (member, reason) — someone left (reason: LeaveReason)
  * - `moved` (member) — a motion update for someone else
  * - `chat` ({ member, memberId, text, serverTimeMs }) — member may be null
+ * - `system` ({ text, serverTimeMs, direct }) — a message from the app that
+ *   hosts the world (its backend, through the server API), not a member's;
+ *   `direct` when it is for you alone
  * - `data` (member, previous) — a member's data changed (yours included):
  *   `member.data` is the new one, `previous` the one before
  * - `resync` (members) — the member list was replaced by a snapshot
@@ -1167,6 +1196,7 @@ export class AmbleClient {
     else if (msg.memberData) this.onMemberData(msg.memberData);
     else if (msg.tokenExpiring) this.onTokenExpiring(msg.tokenExpiring);
     else if (msg.tokenRefreshed) this.onTokenRefreshed(msg.tokenRefreshed);
+    else if (msg.system) this.onSystem(msg.system);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
 
@@ -1307,6 +1337,11 @@ export class AmbleClient {
     });
   }
 
+  onSystem(m) {
+    if (this.state !== State.JOINED) return;
+    this.emit('system', { text: m.text, serverTimeMs: m.serverTimeMs, direct: m.direct });
+  }
+
   onMemberData(d) {
     if (this.state !== State.JOINED) return;
     const m = this.members.get(d.memberId);
@@ -1404,6 +1439,9 @@ function closeReason(code, error, opened) {
   if (code === 1013) return 'The server is busy.';
   if (code === CLOSE_REPLACED) return explainError(ErrorCode.REPLACED);
   if (code === CLOSE_TOKEN_EXPIRED) return explainError(ErrorCode.TOKEN_EXPIRED);
+  if (code === CLOSE_KICKED) return explainError(ErrorCode.KICKED);
+  if (code === CLOSE_BANNED) return explainError(ErrorCode.BANNED);
+  if (code === CLOSE_ROOM_CLOSED) return explainError(ErrorCode.ROOM_CLOSED);
   if (code === 1000) return 'The server closed the connection.';
   return 'The connection was lost.';
 }

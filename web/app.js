@@ -553,6 +553,12 @@ client.on('chat', ({ member, memberId, text, serverTimeMs }) => {
   }
 });
 
+// The app's own messages (its backend, through the server API): shown as
+// the server's, never as a member's.
+client.on('system', ({ text, serverTimeMs, direct }) => {
+  addChat(direct ? 'Server (to you)' : 'Server', '#5b6b80', text, serverTimeMs, false);
+});
+
 client.on('error', (err) => {
   if (err.refused) {
     const text =

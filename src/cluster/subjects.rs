@@ -14,6 +14,7 @@
 //! | `P.v2.n.<node>` | `SyncRequest` to that node |
 //! | `P.v2.hb.all` | `Heartbeat` |
 //! | `P.v2.q.rooms` | `RoomCounts` (request/reply) |
+//! | `P.v2.q.api` | `ApiCall`, answered by `ApiAnswer` (the server API) |
 //! | `P.v2.q.nodes` | `Heartbeat{claiming}`: the slot claim at start-up (request/reply) |
 //! | `P.v2.o.all` | `Occupancy`: a node's rooms with members (webhooks) |
 
@@ -79,6 +80,11 @@ impl Subjects {
         self.make("o", "all")
     }
 
+    /// The server API's calls (every node runs each on its members).
+    pub fn api(&self) -> Subject {
+        self.make("q", "api")
+    }
+
     /// The slot claims of starting nodes: every live node answers with its
     /// name, epoch and slot.
     pub fn nodes(&self) -> Subject {
@@ -111,12 +117,19 @@ mod tests {
         let names = [
             "hb", "all", "r", "s", "n", "q", "o", "rooms", "v2", "lobby", "a.b",
         ];
-        let mut published = vec![s.heartbeats(), s.counts(), s.nodes(), s.occupancy()];
+        let mut published = vec![
+            s.heartbeats(),
+            s.counts(),
+            s.nodes(),
+            s.api(),
+            s.occupancy(),
+        ];
         let mut subscribed = vec![
             s.heartbeats(),
             s.counts(),
             s.nodes(),
             s.snapshots(),
+            s.api(),
             s.occupancy(),
         ];
         for name in names {

@@ -22,6 +22,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 pub use crate::access::addresses::{AddressConfig, ForwardedHeader};
 pub use crate::access::auth::AuthConfig;
+pub use crate::api::ApiConfig;
 pub use crate::cluster::settings::ClusterConfig;
 pub use crate::hooks::HookConfig;
 use crate::protocol::{Rules, pb};
@@ -63,6 +64,10 @@ pub struct Config {
     // Webhooks: events POSTed to the app.
     #[command(flatten)]
     pub hooks: HookConfig,
+
+    // The server API for the app's backend.
+    #[command(flatten)]
+    pub api: ApiConfig,
 
     // The process: connection cap, shutdown, runtime, logging.
     /// Most open WebSocket connections; more are refused with 1013. Each
@@ -263,6 +268,7 @@ impl Config {
             max_data_value_chars: session.max_data_value_chars,
             data_interval_ms: session.data_interval_ms,
             data_burst: session.data_burst,
+            resume_grace_ms: 0,
         }
     }
 }
@@ -495,6 +501,8 @@ mod tests {
                 "webhook-queue",
                 "webhook-batch",
                 "webhook-timeout-ms",
+                "api-key-file",
+                "api-calls-per-sec",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

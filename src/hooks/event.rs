@@ -54,7 +54,10 @@ pub enum What {
     Kicked {
         member_id: u32,
         user: Option<Arc<str>>,
-        /// The text the caller gave.
+        /// Which call: `kick`, `ban` (the user was banned) or `close` (the
+        /// room was closed).
+        action: &'static str,
+        /// The text the caller gave (none for `close`).
         reason: String,
         /// Who removed it: `api`.
         by: &'static str,
@@ -171,13 +174,14 @@ mod tests {
             What::Kicked {
                 member_id: 1,
                 user: Some(Arc::from("u")),
+                action: "kick",
                 reason: "spam".into(),
                 by: "api",
             },
         );
         assert_eq!(
             serde_json::to_string(&kicked).expect("json"),
-            r#"{"id":"amble-ff-9","timestamp_ms":6,"room":"r","type":"member.kicked","member_id":1,"user":"u","reason":"spam","by":"api"}"#
+            r#"{"id":"amble-ff-9","timestamp_ms":6,"room":"r","type":"member.kicked","member_id":1,"user":"u","action":"kick","reason":"spam","by":"api"}"#
         );
         let occupied = alone.event(10, 7, Arc::from("r"), What::Occupied);
         let vacated = alone.event(11, 8, Arc::from("r"), What::Vacated);

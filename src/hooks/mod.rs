@@ -323,14 +323,24 @@ impl Hooks {
         );
     }
 
-    /// `member.kicked`: the server API removed member `member_id` (of
-    /// user `user`, if known) from `room`, saying `reason`.
-    pub fn kicked(&self, room: &Arc<str>, member_id: u32, user: Option<Arc<str>>, reason: &str) {
+    /// `member.kicked`: the server API removed this node's member
+    /// `member_id` (of user `user`, if known) from `room` by `action`
+    /// (`kick`, `ban` or `close`, the room closed), saying `reason`. Its
+    /// `member.left` follows.
+    pub fn kicked(
+        &self,
+        room: &Arc<str>,
+        member_id: u32,
+        user: Option<Arc<str>>,
+        action: &'static str,
+        reason: &str,
+    ) {
         self.emit(
             room,
             What::Kicked {
                 member_id,
                 user,
+                action,
                 reason: reason.to_owned(),
                 by: "api",
             },

@@ -21,8 +21,8 @@ fn hooks(capacity: usize) -> (Arc<Hooks>, Arc<Metrics>) {
 async fn kicked_is_queued_with_its_fields_and_counted() {
     let (hooks, metrics) = hooks(10);
     let room: Arc<str> = Arc::from("lobby");
-    hooks.kicked(&room, 4, Some(Arc::from("u-9")), "spamming");
-    hooks.kicked(&room, 5, None, "");
+    hooks.kicked(&room, 4, Some(Arc::from("u-9")), "kick", "spamming");
+    hooks.kicked(&room, 5, None, "close", "");
     let events = hooks.drain_json();
     assert_eq!(events.len(), 2);
     let e = &events[0];
@@ -31,6 +31,8 @@ async fn kicked_is_queued_with_its_fields_and_counted() {
     assert_eq!(e["member_id"], 4);
     assert_eq!(e["user"], "u-9");
     assert_eq!(e["reason"], "spamming");
+    assert_eq!(e["action"], "kick");
+    assert_eq!(events[1]["action"], "close");
     assert_eq!(e["by"], "api");
     assert_eq!(e["node"], "n1");
     assert!(

@@ -17,7 +17,8 @@
 //! A member may belong to an app's user (a token's `sub`): a room holds at
 //! most one member per user, and a second join of the same user replaces
 //! the first, whose connection is told through its sink
-//! ([`Sink::replaced`]).
+//! ([`Sink::removed`]). The app's backend can also take members out, list
+//! them and speak to them (`admin`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,7 +35,7 @@ use crate::protocol::{
     Changes, Data, DataError, LeaveReason, MemberId, Motion, MotionRecord, Position, Rules,
     encode_motion, encode_server, motion_time, pb,
 };
-use crate::room::sink::{Frame, Sink};
+use crate::room::sink::{Frame, Removal, Sink};
 
 /// How rooms behave; taken from the server config.
 #[derive(Clone, Debug)]
@@ -135,10 +136,9 @@ struct State {
     users: HashMap<Arc<str>, MemberId>,
     /// Members with a pending move, in arrival order (may repeat an id).
     dirty: Vec<MemberId>,
-    /// With webhooks: when each of this node's members joined (server
-    /// time), for `member.left`'s `duration_ms`. Kept out of `Member`,
-    /// which the tick walks; bounded by the capacity like `users`.
-    joined_at_ms: HashMap<MemberId, u64>,
+    /// This node's members here: the webhooks hear when it leaves and
+    /// comes back to 0 (`Hooks::local_occupied`, `Hooks::local_vacated`).
+    local_members: usize,
     /// False once the last member left and the room left the map.
     open: bool,
     /// Cluster mode: the other nodes' parts and this node's publishing.
@@ -165,6 +165,9 @@ struct Member {
     pending: Option<Motion>,
     /// The node this member is connected to; `None`: this one.
     origin: Option<Arc<str>>,
+    /// When it joined, ms since the Unix epoch (for the server API); for
+    /// another node's member, when this node learnt of it.
+    joined_at_ms: u64,
 }
 
 /// Who joins: a display name, the app's user (a token's `sub`) if known,
@@ -338,7 +341,7 @@ impl Rooms {
     /// `user` (a token's `sub`). If the user is in the room already, that
     /// member leaves first (the others get `Left` with reason REPLACED,
     /// then `Joined`), and its sink is told it was
-    /// [`replaced`](Sink::replaced), so its connection closes.
+    /// [`removed`](Sink::removed), so its connection closes.
     pub async fn join_as(
         self: &Arc<Self>,
         room: &str,
@@ -405,7 +408,7 @@ impl Rooms {
                     members: BTreeMap::new(),
                     users: HashMap::new(),
                     dirty: Vec::new(),
-                    joined_at_ms: HashMap::new(),
+                    local_members: 0,
                     open: true,
                     remote: self.cluster.get().map(|c| {
                         let opening = self.openings.fetch_add(1, Ordering::Relaxed) + 1;
@@ -447,11 +450,11 @@ impl Rooms {
         }
         let now_ms = self.clock.now_ms();
         let hooks = self.hooks.get();
-        let had_local = !st.joined_at_ms.is_empty();
+        let had_local = st.local_members > 0;
         // The user's older member leaves first (its id may be reused).
         let replaced = match replacing.and_then(|old| Some((old, st.members.remove(&old)?))) {
             Some((old, gone)) => {
-                let since = st.joined_at_ms.remove(&old);
+                st.local_members = st.local_members.saturating_sub(1);
                 if let Some(hooks) = hooks {
                     hooks.left(
                         &handle.name,
@@ -459,7 +462,7 @@ impl Rooms {
                         &gone.name,
                         gone.user.clone(),
                         LeaveReason::Replaced,
-                        since.map_or(0, |t| now_ms.saturating_sub(t)),
+                        now_ms.saturating_sub(gone.joined_at_ms),
                     );
                 }
                 Some(old)
@@ -489,10 +492,11 @@ impl Rooms {
             moved_at_ms: now_ms,
             pending: None,
             origin: None,
+            joined_at_ms: now_ms,
         };
+        st.local_members += 1;
         if let Some(hooks) = hooks {
             hooks.joined(&handle.name, id.0, &member.name, member.user.clone());
-            st.joined_at_ms.insert(id, now_ms);
         }
         let joined_pb = member_pb(id, &member);
         st.members.insert(id, member);
@@ -513,6 +517,8 @@ impl Rooms {
             server_version: crate::protocol::SERVER_VERSION.to_owned(),
             protocol_revision: crate::protocol::PROTOCOL_REVISION,
             token_expires_at_ms,
+            resume_token: String::new(),
+            resumed: false,
         }));
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.
@@ -542,7 +548,7 @@ impl Rooms {
             self.metrics.auth_replaced.inc();
         }
         if let Some(old_sink) = replaced_sink {
-            old_sink.replaced();
+            old_sink.removed(Removal::Replaced);
         }
         Ok(Membership {
             rooms: Arc::clone(self),
@@ -565,7 +571,7 @@ impl Rooms {
                 if let Some(user) = &gone.user {
                     st.users.remove(user);
                 }
-                let since = st.joined_at_ms.remove(&id);
+                st.local_members = st.local_members.saturating_sub(1);
                 if let Some(hooks) = self.hooks.get() {
                     let now_ms = self.clock.now_ms();
                     hooks.left(
@@ -574,9 +580,9 @@ impl Rooms {
                         &gone.name,
                         gone.user,
                         reason,
-                        since.map_or(0, |t| now_ms.saturating_sub(t)),
+                        now_ms.saturating_sub(gone.joined_at_ms),
                     );
-                    if st.joined_at_ms.is_empty() {
+                    if st.local_members == 0 {
                         hooks.local_vacated(&room.name);
                     }
                 }
@@ -829,7 +835,9 @@ impl Drop for Membership {
     }
 }
 
+pub mod admin;
 mod grid;
+pub mod interest;
 mod remote;
 pub mod sink;
 mod tick;

@@ -32,7 +32,7 @@ impl Files {
         Self { dir }
     }
 
-    fn write(&self, name: &str, content: &[u8]) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, content: &[u8]) -> PathBuf {
         let path = self.dir.path().join(name);
         std::fs::write(&path, content).expect("write");
         path
@@ -50,8 +50,12 @@ fn key(name: &str) -> Vec<u8> {
 
 /// A server that requires HS256 tokens signed with `SECRET`.
 pub(crate) async fn hs256_server(files: &Files) -> TestServer {
-    let path = files.write("secret", SECRET);
-    TestServer::with(config(|c| c.auth.auth_hs256_secret_file = Some(path))).await
+    TestServer::with(config(|c| hs256(files, c))).await
+}
+
+/// Makes `c` require HS256 tokens signed with `SECRET`.
+pub(crate) fn hs256(files: &Files, c: &mut amble::config::Config) {
+    c.auth.auth_hs256_secret_file = Some(files.write("secret", SECRET));
 }
 
 pub(crate) fn claims(sub: &str) -> Claims {
@@ -70,18 +74,19 @@ pub(crate) fn token(claims: &Claims) -> String {
     mint_hs256(SECRET, claims).expect("mint")
 }
 
-async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
+pub(crate) async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
     c.send(C::Join(pb::Join {
         data: Vec::new(),
         start: None,
         room: room.into(),
         name: name.into(),
         token: token.into(),
+        resume_token: String::new(),
     }))
     .await;
 }
 
-async fn join_with(c: &mut Client, room: &str, name: &str, token: &str) -> pb::Welcome {
+pub(crate) async fn join_with(c: &mut Client, room: &str, name: &str, token: &str) -> pb::Welcome {
     send_join(c, room, name, token).await;
     c.welcome().await
 }
@@ -907,6 +912,7 @@ async fn a_tokens_start_claim_places_the_member() {
         room: "placed".into(),
         name: "Ada".into(),
         token: with_start(9_999, 1),
+        resume_token: String::new(),
     }))
     .await;
     let text = c.expect_error(ErrorCode::InvalidPosition).await;
@@ -917,6 +923,7 @@ async fn a_tokens_start_claim_places_the_member() {
         room: "placed".into(),
         name: "Ada".into(),
         token: with_start(1_234, 2_345),
+        resume_token: String::new(),
     }))
     .await;
     let welcome = c.welcome().await;

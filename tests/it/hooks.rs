@@ -718,3 +718,55 @@ async fn bad_webhook_flags_stop_the_start() {
         assert!(log.contains(says), "{args:?}: {log}");
     }
 }
+
+/// A kick through the server API sends `member.kicked` (the action, the
+/// caller's reason, `by: api`), then the member's `member.left` (reason
+/// `kicked`).
+#[tokio::test]
+async fn a_kick_through_the_api_sends_member_kicked_then_member_left() {
+    const KEY: &str = "api-key-for-webhook-tests-0123456789";
+    let receiver = Receiver::start(Answer::Accept).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_file(dir.path());
+    let key = dir.path().join("api.key");
+    std::fs::write(&key, format!("{KEY}\n")).expect("write the key");
+    let server = TestServer::with(config(|c| {
+        c.hooks.webhook_url = Some(receiver.url());
+        c.hooks.webhook_secret_file = Some(secret);
+        c.api.api_key_file = Some(key);
+    }))
+    .await;
+    let (_ada, _) = server.joined("kicks", "Ada").await;
+    let (_bo, bo) = server.joined("kicks", "Bo").await;
+    let body = format!(r#"{{"member_id": {}, "reason": "spamming"}}"#, bo.member_id);
+    let raw = format!(
+        "POST /api/v1/rooms/kicks/kick HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len(),
+        addr = server.addr,
+    );
+    let answer = request_at(server.addr, &raw).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let posts = receiver
+        .until("Bo's member.left", |p| {
+            accepted(p)
+                .iter()
+                .any(|e| e["type"] == "member.left" && e["name"] == "Bo")
+        })
+        .await;
+    let events = accepted(&posts);
+    let at = |kind: &str| {
+        events
+            .iter()
+            .position(|e| e["type"] == kind && e["member_id"] == bo.member_id)
+            .unwrap_or_else(|| panic!("no {kind}: {events:#?}"))
+    };
+    assert!(at("member.kicked") < at("member.left"), "{events:#?}");
+    let kicked = &events[at("member.kicked")];
+    assert_eq!(kicked["action"], "kick");
+    assert_eq!(kicked["reason"], "spamming");
+    assert_eq!(kicked["by"], "api");
+    assert_eq!(kicked["room"], "kicks");
+    assert_eq!(events[at("member.left")]["reason"], "kicked");
+    server.stop().await;
+}

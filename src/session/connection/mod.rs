@@ -28,6 +28,7 @@ use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
 
 use crate::access::addresses::Client;
+use crate::access::sanctions::muted_text;
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -35,7 +36,7 @@ use crate::protocol::{
     encode_server, pb,
 };
 use crate::room::Membership;
-use crate::room::sink::Frame;
+use crate::room::sink::{Frame, Removal};
 use crate::server::shared::Shared;
 use crate::session::outbox::{Event, Outbox, WsIo};
 
@@ -62,6 +63,12 @@ pub mod close {
     /// Private use: the member's token expired and was not refreshed.
     /// Joining again takes a fresh token.
     pub const TOKEN_EXPIRED: u16 = 4003;
+    /// Private use: the app removed the member (server API).
+    pub const KICKED: u16 = 4004;
+    /// Private use: the app banned the member's user (server API).
+    pub const BANNED: u16 = 4005;
+    /// Private use: the app closed the room (server API).
+    pub const ROOM_CLOSED: u16 = 4006;
 }
 
 /// The upgraded connection under a WebSocket.
@@ -95,8 +102,9 @@ enum End {
     Stalled,
     /// The server closes with this code and reason after a bad input.
     Refused { code: u16, reason: &'static str },
-    /// A newer connection of the same user joined the room.
-    Replaced,
+    /// The room took the member out: a newer connection of the same user
+    /// joined it, or the app removed the member or closed the room.
+    Removed(Removal),
     /// The member's token expired (past the leeway) without a refresh.
     TokenExpired,
 }
@@ -108,7 +116,7 @@ impl End {
             Self::Shutdown => LeaveReason::Shutdown,
             Self::Idle => LeaveReason::TimedOut,
             Self::Refused { .. } | Self::TokenExpired => LeaveReason::Kicked,
-            Self::Replaced => LeaveReason::Replaced,
+            Self::Removed(removal) => removal.leave_reason(),
         }
     }
 
@@ -118,7 +126,12 @@ impl End {
             Self::Shutdown => Some((close::GOING_AWAY, "server shutting down")),
             Self::Idle => Some((close::NORMAL, "idle timeout")),
             Self::Refused { code, reason } => Some((*code, reason)),
-            Self::Replaced => Some((close::REPLACED, "replaced by a newer connection")),
+            Self::Removed(Removal::Replaced) => {
+                Some((close::REPLACED, "replaced by a newer connection"))
+            }
+            Self::Removed(Removal::Kicked { .. }) => Some((close::KICKED, "kicked")),
+            Self::Removed(Removal::Banned { .. }) => Some((close::BANNED, "banned")),
+            Self::Removed(Removal::RoomClosed) => Some((close::ROOM_CLOSED, "room closed")),
             Self::TokenExpired => Some((close::TOKEN_EXPIRED, "token expired")),
         }
     }
@@ -330,7 +343,7 @@ impl Connection {
                     }
                     Event::Overflowed => Err(End::Stalled),
                     Event::Failed => Err(End::Gone),
-                    Event::Replaced => Err(End::Replaced),
+                    Event::Removed(removal) => Err(End::Removed(removal)),
                 },
                 () = &mut deferral, if armed.is_some() => {
                     armed = None;
@@ -384,14 +397,29 @@ impl Connection {
         if matches!(end, End::TokenExpired) {
             self.shared.metrics.auth_expired.inc();
         }
-        let notice = match end {
+        let notice = match &end {
             End::Shutdown => Some(encode_error(
                 ErrorCode::ShuttingDown,
                 "the server is shutting down: reconnect later",
             )),
-            End::Replaced => Some(encode_error(
+            End::Removed(Removal::Replaced) => Some(encode_error(
                 ErrorCode::Replaced,
                 "you joined this room again from another connection, which replaced this one",
+            )),
+            End::Removed(Removal::Kicked { reason }) => Some(encode_error(
+                ErrorCode::Kicked,
+                format!("removed from the room by the app: {reason}"),
+            )),
+            End::Removed(Removal::Banned { until_ms, reason }) => Some(encode_error(
+                ErrorCode::Banned,
+                crate::access::sanctions::banned_text(
+                    until_ms.saturating_sub(self.shared.clock.now_ms()),
+                    reason,
+                ),
+            )),
+            End::Removed(Removal::RoomClosed) => Some(encode_error(
+                ErrorCode::RoomClosed,
+                "the app closed this room",
             )),
             End::TokenExpired => Some(encode_error(
                 ErrorCode::TokenExpired,
@@ -571,6 +599,14 @@ impl Connection {
                 let Some(m) = &self.membership else {
                     return self.refuse(ErrorCode::NotJoined, "Chat before Join").await;
                 };
+                let muted = self.user.as_deref().and_then(|user| {
+                    let now_ms = self.shared.clock.now_ms();
+                    let until_ms = self.shared.sanctions.muted(user, now_ms)?;
+                    Some(muted_text(until_ms.saturating_sub(now_ms)))
+                });
+                if let Some(text) = muted {
+                    return self.refuse(ErrorCode::Muted, text).await;
+                }
                 match self.chats.arrive(now) {
                     Verdict::Apply => {
                         m.chat(text).await;
