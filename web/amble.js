@@ -37,6 +37,7 @@ export const REVISION_FEATURES = Object.freeze({
   2: Object.freeze(['Join.start (where to appear)', 'member data', 'the server version in Welcome']),
   3: Object.freeze(['token expiry notices and RefreshToken']),
   4: Object.freeze(['resuming a held place after a drop', "the app's system messages"]),
+  5: Object.freeze(['spatial rooms (area of interest)']),
 });
 
 /**

@@ -269,6 +269,9 @@ impl Config {
             data_interval_ms: session.data_interval_ms,
             data_burst: session.data_burst,
             resume_grace_ms: 0,
+            interest_radius: 0,
+            interest_cell: 0,
+            interest_margin: 0,
         }
     }
 }

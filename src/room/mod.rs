@@ -165,9 +165,11 @@ struct Member {
     pending: Option<Motion>,
     /// The node this member is connected to; `None`: this one.
     origin: Option<Arc<str>>,
-    /// When it joined, ms since the Unix epoch (for the server API); for
-    /// another node's member, when this node learnt of it.
-    joined_at_ms: u64,
+    /// When it joined, seconds since the Unix epoch (for the server API;
+    /// seconds, so that it fits beside `share_user` and the member stays
+    /// within 128 bytes); for another node's member, when this node learnt
+    /// of it.
+    joined_at_s: u32,
 }
 
 /// Who joins: a display name, the app's user (a token's `sub`) if known,
@@ -256,6 +258,11 @@ impl State {
         }
         MemberId(next)
     }
+}
+
+/// `ms` since the Unix epoch in whole seconds (a u32 holds them until 2106).
+fn unix_secs(ms: u64) -> u32 {
+    u32::try_from(ms / 1000).unwrap_or(u32::MAX)
 }
 
 /// Where member `id` appears: on a golden-angle spiral around the spawn
@@ -492,7 +499,7 @@ impl Rooms {
             moved_at_ms: now_ms,
             pending: None,
             origin: None,
-            joined_at_ms: now_ms,
+            joined_at_s: unix_secs(now_ms),
         };
         st.local_members += 1;
         if let Some(hooks) = hooks {
@@ -519,6 +526,7 @@ impl Rooms {
             token_expires_at_ms,
             resume_token: String::new(),
             resumed: false,
+            population: u32::try_from(st.members.len()).unwrap_or(u32::MAX),
         }));
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.
