@@ -136,9 +136,12 @@ struct State {
     users: HashMap<Arc<str>, MemberId>,
     /// Members with a pending move, in arrival order (may repeat an id).
     dirty: Vec<MemberId>,
-    /// This node's members here: the webhooks hear when it leaves and
-    /// comes back to 0 (`Hooks::local_occupied`, `Hooks::local_vacated`).
-    local_members: usize,
+    /// When each of this node's members here joined, server time in ms
+    /// (`Member` keeps seconds, to stay small): `member.left`'s
+    /// `duration_ms`, and the webhooks hear when the count leaves and comes
+    /// back to 0 (`Hooks::local_occupied`, `Hooks::local_vacated`).
+    /// Bounded by the capacity, like `users`.
+    local_since_ms: HashMap<MemberId, u64>,
     /// False once the last member left and the room left the map.
     open: bool,
     /// Cluster mode: the other nodes' parts and this node's publishing.
@@ -415,7 +418,7 @@ impl Rooms {
                     members: BTreeMap::new(),
                     users: HashMap::new(),
                     dirty: Vec::new(),
-                    local_members: 0,
+                    local_since_ms: HashMap::new(),
                     open: true,
                     remote: self.cluster.get().map(|c| {
                         let opening = self.openings.fetch_add(1, Ordering::Relaxed) + 1;
@@ -457,11 +460,11 @@ impl Rooms {
         }
         let now_ms = self.clock.now_ms();
         let hooks = self.hooks.get();
-        let had_local = st.local_members > 0;
+        let had_local = !st.local_since_ms.is_empty();
         // The user's older member leaves first (its id may be reused).
         let replaced = match replacing.and_then(|old| Some((old, st.members.remove(&old)?))) {
             Some((old, gone)) => {
-                st.local_members = st.local_members.saturating_sub(1);
+                let since = st.local_since_ms.remove(&old);
                 if let Some(hooks) = hooks {
                     hooks.left(
                         &handle.name,
@@ -469,7 +472,7 @@ impl Rooms {
                         &gone.name,
                         gone.user.clone(),
                         LeaveReason::Replaced,
-                        now_ms.saturating_sub(gone.joined_at_ms),
+                        since.map_or(0, |t| now_ms.saturating_sub(t)),
                     );
                 }
                 Some(old)
@@ -501,7 +504,7 @@ impl Rooms {
             origin: None,
             joined_at_s: unix_secs(now_ms),
         };
-        st.local_members += 1;
+        st.local_since_ms.insert(id, now_ms);
         if let Some(hooks) = hooks {
             hooks.joined(&handle.name, id.0, &member.name, member.user.clone());
         }
@@ -579,7 +582,7 @@ impl Rooms {
                 if let Some(user) = &gone.user {
                     st.users.remove(user);
                 }
-                st.local_members = st.local_members.saturating_sub(1);
+                let since = st.local_since_ms.remove(&id);
                 if let Some(hooks) = self.hooks.get() {
                     let now_ms = self.clock.now_ms();
                     hooks.left(
@@ -588,9 +591,9 @@ impl Rooms {
                         &gone.name,
                         gone.user,
                         reason,
-                        now_ms.saturating_sub(gone.joined_at_ms),
+                        since.map_or(0, |t| now_ms.saturating_sub(t)),
                     );
-                    if st.local_members == 0 {
+                    if st.local_since_ms.is_empty() {
                         hooks.local_vacated(&room.name);
                     }
                 }
