@@ -770,3 +770,68 @@ async fn a_kick_through_the_api_sends_member_kicked_then_member_left() {
     assert_eq!(events[at("member.left")]["reason"], "kicked");
     server.stop().await;
 }
+
+/// A node killed with the last members of a room: the node left standing
+/// sends the room's `room.vacated`, once, when it declares the other lost
+/// (the killed node's own queue, and its members' `member.left`, die with
+/// it).
+#[tokio::test]
+async fn a_lost_node_s_rooms_are_vacated_by_the_node_left() {
+    use crate::cluster_support::{Nats, Node, START, has_peers};
+    let receiver = Receiver::start(Answer::Accept).await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let secret = secret_file(dir.path());
+    let url = receiver.url();
+    let args = [
+        "--webhook-url",
+        url.as_str(),
+        "--webhook-secret-file",
+        secret.to_str().expect("utf-8 path"),
+        "--cluster-heartbeat-ms",
+        "200",
+        "--cluster-node-timeout-ms",
+        "1000",
+    ];
+    let nats = Nats::start().await;
+    let n1 = Node::start(&nats, 1, &args).await;
+    let mut n2 = Node::start(&nats, 2, &args).await;
+    for node in [&n1, &n2] {
+        has_peers(node, 1).await;
+        node.log()
+            .wait_for(START, "room transitions decided with the cluster", |line| {
+                line.contains("now sent by the node chosen for each room")
+                    .then_some(())
+            })
+            .await;
+    }
+    let mut cy = Client::connect(&n2.ws_url()).await;
+    cy.join("lost", "Cy").await;
+    receiver
+        .until("room.occupied and Cy's member.joined", |p| {
+            let events = accepted(p);
+            events.iter().any(|e| e["type"] == "room.occupied")
+                && events.iter().any(|e| e["name"] == "Cy")
+        })
+        .await;
+    n2.kill().await;
+    receiver
+        .until("room.vacated after n2's loss", |p| {
+            accepted(p).iter().any(|e| e["type"] == "room.vacated")
+        })
+        .await;
+    // A last event from n1: whatever it queued before has arrived by then.
+    let mut last = Client::connect(&n1.ws_url()).await;
+    last.join("last-n1", "L1").await;
+    let posts = receiver
+        .until("n1's last event", |p| {
+            accepted(p).iter().any(|e| e["room"] == "last-n1")
+        })
+        .await;
+    let events = accepted(&posts);
+    let vacated: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["room"] == "lost" && e["type"] == "room.vacated")
+        .collect();
+    assert_eq!(vacated.len(), 1, "{events:#?}");
+    assert_eq!(vacated[0]["node"], "n1");
+}
