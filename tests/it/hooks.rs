@@ -768,6 +768,34 @@ async fn a_kick_through_the_api_sends_member_kicked_then_member_left() {
     assert_eq!(kicked["by"], "api");
     assert_eq!(kicked["room"], "kicks");
     assert_eq!(events[at("member.left")]["reason"], "kicked");
+
+    // Closing the room takes Ada out the same way, then the room empties.
+    let raw = format!(
+        "DELETE /api/v1/rooms/kicks HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\n\
+         Content-Length: 0\r\nConnection: close\r\n\r\n",
+        addr = server.addr,
+    );
+    let answer = request_at(server.addr, &raw).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let posts = receiver
+        .until("room.vacated", |p| {
+            accepted(p).iter().any(|e| e["type"] == "room.vacated")
+        })
+        .await;
+    let tail: Vec<String> = accepted(&posts)
+        .iter()
+        .skip_while(|e| e["type"] != "member.left" || e["name"] != "Bo")
+        .skip(1)
+        .map(|e| format!("{} {} {}", e["type"], e["action"], e["reason"]))
+        .collect();
+    assert_eq!(
+        tail,
+        [
+            r#""member.kicked" "close" """#,
+            r#""member.left" null "room_closed""#,
+            r#""room.vacated" null null"#,
+        ]
+    );
     server.stop().await;
 }
 
