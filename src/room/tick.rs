@@ -20,6 +20,7 @@ use super::{Member, Room, Rooms, State, fan_out};
 use crate::metrics::Metrics;
 use bytes::Bytes;
 
+use super::interest::Grid;
 use super::spatial::Frames;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb};
@@ -160,6 +161,9 @@ impl Rooms {
         };
         let moved = sp.rehome(members, now_ms);
         let mut before: HashMap<MemberId, Vec<Bytes>> = HashMap::new();
+        // Who came into each viewer's view this tick: their Appeared shows
+        // this tick's move already, so the batch leaves it out for them.
+        let mut came_into: HashMap<MemberId, Vec<MemberId>> = HashMap::new();
         if !moved.is_empty() {
             for (viewer, (came, went)) in sp.view_changes(&moved) {
                 let frames = before.entry(viewer).or_default();
@@ -168,6 +172,7 @@ impl Rooms {
                 }
                 if !came.is_empty() {
                     frames.push(super::spatial::appeared(members, &came));
+                    came_into.insert(viewer, came);
                 }
             }
         }
@@ -190,10 +195,23 @@ impl Rooms {
             .sinks
             .iter()
             .map(|(id, _)| {
-                let batch = frames
-                    .as_mut()
-                    .zip(sp.home(*id))
-                    .and_then(|(f, home)| f.for_home(&sp.grid, home));
+                let home = sp.home(*id);
+                let batch = match (came_into.get(id), home) {
+                    // Rare: its own batch, without those just shown.
+                    (Some(came), Some(home)) => {
+                        let own: Vec<MotionRecord> = records
+                            .iter()
+                            .filter(|r| !came.contains(&r.member))
+                            .filter(|r| sp.home(r.member).is_some_and(|c| Grid::sees(home, c)))
+                            .copied()
+                            .collect();
+                        (!own.is_empty()).then(|| encode_motion(time, &own))
+                    }
+                    _ => frames
+                        .as_mut()
+                        .zip(home)
+                        .and_then(|(f, home)| f.for_home(&sp.grid, home)),
+                };
                 (before.remove(id).unwrap_or_default(), batch)
             })
             .collect();

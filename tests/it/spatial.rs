@@ -138,10 +138,21 @@ async fn walking_into_view_is_an_appear_and_out_of_it_a_disappear() {
         })
         .await;
     assert_eq!(seen, ["Ada"]);
-    // Now in view: Bo's next move reaches Ada.
+    // Now in view: Bo's next move reaches Ada, and the move that brought
+    // Bo into view never comes twice (the Appeared showed it).
     stand(&mut bo, 1_100, 100, 2).await;
-    let moved = ada.next_motion().await;
-    assert!(moved.iter().any(|r| r.member.0 == wb.member_id));
+    let moved = ada
+        .until(|m| {
+            let records = amble::protocol::decode_motion(&m.motion).ok()?.1;
+            let bo_moves: Vec<u32> = records
+                .iter()
+                .filter(|r| r.member.0 == wb.member_id)
+                .map(|r| r.motion.position.x)
+                .collect();
+            (!bo_moves.is_empty()).then_some(bo_moves)
+        })
+        .await;
+    assert_eq!(moved, [1_100]);
     // Out of view again: a Disappeared, not a Left.
     stand(&mut bo, 30_000, 100, 3).await;
     let gone = ada

@@ -392,7 +392,7 @@ impl<'a> Session<'a> {
                 Some(Body::Disappeared(gone)) => {
                     disappeared = gone.member_ids.len() as u64;
                     for id in gone.member_ids {
-                        self.ledger.left(MemberId(id));
+                        self.ledger.out_of_view(MemberId(id), now);
                     }
                 }
                 Some(Body::Chat(_)) => chat = 1,

@@ -45,6 +45,11 @@ pub use self::trail::{Sent, Trail};
 /// below).
 const MAX_MEMBER_ID: u32 = 1 << 16;
 
+/// A spatial room's boundary: a sender's moves this long before it went
+/// out of view are not owed (the one that took it out, and a tick of
+/// latency either side).
+pub const VIEW_EDGE: Duration = Duration::from_millis(400);
+
 /// Closed views (a sender left, or its id changed hands) a ledger keeps
 /// until its end; past this it settles them at once.
 const MAX_CLOSED: usize = 1_024;
@@ -208,10 +213,21 @@ impl Ledger {
     /// The view of the sender at `id` ends: it expected what that sender
     /// sent up to now.
     fn close(&mut self, id: MemberId) {
+        self.close_before(id, None);
+    }
+
+    /// As [`close`](Self::close); with `edge`, only what the sender sent
+    /// up to that instant: a spatial room's boundary, where the move that
+    /// took the sender out of view (sent just before) is owed to nobody.
+    fn close_before(&mut self, id: MemberId, edge: Option<Instant>) {
         let Some(peer) = self.peers.get_mut(id.0 as usize).and_then(Option::take) else {
             return;
         };
-        let upto = peer.trail.newest_seq();
+        let upto = match edge {
+            None => peer.trail.newest_seq(),
+            // Never before what this view already got.
+            Some(at) => peer.trail.newest_seq_before(at).max(peer.last),
+        };
         if self.closed.len() >= MAX_CLOSED {
             // Bounded: settle what was closed so far now.
             for (trail, from, upto) in self.closed.drain(..) {
@@ -307,10 +323,21 @@ impl Ledger {
     }
 
     pub fn left(&mut self, id: MemberId) {
+        self.left_at(id, None);
+    }
+
+    /// A spatial room: the sender at `id` went out of view at `now`. What
+    /// it sent within [`VIEW_EDGE`] before is in the band at the rule's
+    /// edge, where a delivery is allowed but not owed.
+    pub fn out_of_view(&mut self, id: MemberId, now: Instant) {
+        self.left_at(id, now.checked_sub(VIEW_EDGE));
+    }
+
+    fn left_at(&mut self, id: MemberId, edge: Option<Instant>) {
         if id == self.me || id.0 > MAX_MEMBER_ID {
             return;
         }
-        self.close(id);
+        self.close_before(id, edge);
         if self.seats.len() > id.0 as usize {
             self.seat(id, Seat::Empty);
         }

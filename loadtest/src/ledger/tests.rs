@@ -577,3 +577,41 @@ fn closed_views_stay_bounded() {
     let n = u64::from(MAX_CLOSED as u32 * 3);
     assert_eq!(out.expected, n * (n + 1) / 2);
 }
+
+/// A spatial room: a sender whose move took it out of a receiver's view
+/// owes that receiver nothing it sent at the edge (that move), and
+/// everything before; a plain `Left` at the same moment owes it all.
+#[test]
+fn a_sender_out_of_view_owes_nothing_it_sent_at_the_edge() {
+    for (out_of_view, owed) in [(true, 2), (false, 3)] {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let sender = Arc::new(Trail::default());
+        let mut r = Ledger::new(
+            MemberId(0),
+            Arc::new(Trail::default()),
+            [Seen::bot(MemberId(1), Arc::clone(&sender), None)],
+        );
+        let mut out = FrameTally::default();
+        sent(&sender, at(1), 1, t0, true);
+        r.motion(&[rec(1, at(1))], t0 + ms(100), &mut out);
+        sent(&sender, at(2), 2, t0 + ms(1_000), true);
+        r.motion(&[rec(1, at(2))], t0 + ms(1_100), &mut out);
+        // The move that takes it out of view: applied (seen elsewhere), not
+        // sent here, and the Disappeared arrives a tick later.
+        sent(&sender, at(3), 3, t0 + ms(2_000), true);
+        let _ = sender.delivered(&at(3));
+        let when = t0 + ms(2_100);
+        if out_of_view {
+            r.out_of_view(MemberId(1), when);
+        } else {
+            r.left(MemberId(1));
+        }
+        r.finish(&mut out);
+        assert_eq!(
+            (out.expected, out.received),
+            (owed, 2),
+            "out of view: {out_of_view}"
+        );
+    }
+}

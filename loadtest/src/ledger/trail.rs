@@ -122,6 +122,19 @@ impl Trail {
         self.ring().newest_seq
     }
 
+    /// The newest seq sent at or before `at` (0 when none the trail still
+    /// holds was).
+    pub fn newest_seq_before(&self, at: std::time::Instant) -> u32 {
+        self.ring()
+            .entries
+            .iter()
+            .flatten()
+            .filter(|(s, _)| s.at <= at)
+            .map(|(s, _)| s.seq)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// The move with this motion, seen delivered (so applied).
     pub(super) fn delivered(&self, motion: &Motion) -> Option<Sent> {
         let mut ring = self.ring();
