@@ -5,6 +5,11 @@
 //! `cargo bench --bench tick`. Each iteration queues the moves in its setup
 //! (not measured), then measures one tick: every room's moves applied,
 //! encoded once, and its batch handed to each of its 30 sinks.
+//!
+//! `spatial_tick` (issue #17): one spatial room of 10,000 members in
+//! crowds, a tenth of them moving each tick (a move a second at 10 ticks a
+//! second): the moves applied, homes updated, each cell's moves encoded
+//! once and every member's frame assembled from the cells it sees.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -155,5 +160,130 @@ fn bench_tick(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench_tick);
+const PLAZA: usize = 10_000;
+const PLAZA_WORLD: u32 = 50_000;
+
+/// Where plaza member `i` stands: four in five around one of eight spots,
+/// within about 15 m, the rest spread over the world (deterministic).
+fn crowd(i: usize) -> Position {
+    let h = (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    let (a, b) = (
+        (h >> 32) as f64 / f64::from(u32::MAX),
+        (h & 0xFFFF_FFFF) as f64 / f64::from(u32::MAX),
+    );
+    if i % 5 == 4 {
+        return Position {
+            x: (a * f64::from(PLAZA_WORLD)) as u32,
+            y: (b * f64::from(PLAZA_WORLD)) as u32,
+        };
+    }
+    let spot = (i % 8) as f64 * std::f64::consts::TAU / 8.0;
+    let (w, r) = (f64::from(PLAZA_WORLD), 1_500.0 * a);
+    let angle = b * std::f64::consts::TAU;
+    Position {
+        x: (w / 2.0 + w / 4.0 * spot.cos() + r * angle.cos()) as u32,
+        y: (w / 2.0 + w / 4.0 * spot.sin() + r * angle.sin()) as u32,
+    }
+}
+
+fn bench_spatial_tick(c: &mut Criterion) {
+    use amble::room::Arrival;
+    use amble::room::spatial::SpatialSettings;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(THREADS)
+        .build()
+        .expect("a runtime");
+    let world = Position {
+        x: PLAZA_WORLD,
+        y: PLAZA_WORLD,
+    };
+    let metrics = Arc::new(Metrics::default());
+    let rooms = Rooms::new(
+        RoomSettings {
+            tick: Duration::from_millis(TICK_MS),
+            tick_workers: 1,
+            motion_time_unit_ms: 100,
+            capacity: MEMBERS,
+            spawn: Position { x: 2_500, y: 2_500 },
+            world: Position { x: 5_000, y: 5_000 },
+            limits: pb::Limits::default(),
+            spatial: Some(SpatialSettings {
+                patterns: vec!["plaza".into()],
+                world,
+                capacity: PLAZA,
+                radius_cm: 1_500,
+                limits: pb::Limits::default(),
+            }),
+        },
+        Clock::start(),
+        Arc::clone(&metrics),
+    );
+    let (members, sinks) = rt.block_on(async {
+        let mut members = Vec::with_capacity(PLAZA);
+        let mut sinks = Vec::with_capacity(PLAZA);
+        for i in 0..PLAZA {
+            let sink = Arc::new(Counting::default());
+            let arrival = Arrival {
+                name: format!("m{i}"),
+                start: Some(crowd(i)),
+                ..Arrival::default()
+            };
+            let member = rooms
+                .arrive("plaza", arrival, Arc::clone(&sink) as Arc<dyn Sink>)
+                .await
+                .expect("the plaza takes PLAZA");
+            members.push(member);
+            sinks.push(sink);
+        }
+        (members, sinks)
+    });
+    let mut now_ms = 1_000_000_u64;
+    let mut round = 0_usize;
+    let mut queue = |now_ms: u64| {
+        round += 1;
+        let step = (round % 50) as u32;
+        let members = &members;
+        rt.block_on(async move {
+            // A tenth of the plaza moves: a step of up to half a metre.
+            for (i, m) in members.iter().enumerate().skip(round % 10).step_by(10) {
+                let p = crowd(i);
+                let x = (p.x + step * 10).min(PLAZA_WORLD);
+                m.submit(Motion::standing(Position { x, y: p.y })).await;
+            }
+        });
+        now_ms
+    };
+    let frames = |sinks: &[Arc<Counting>]| -> u64 {
+        sinks.iter().map(|s| s.frames.load(Ordering::Relaxed)).sum()
+    };
+    // The work is real: a tick hands a frame to members who see a move.
+    now_ms += TICK_MS;
+    let before = frames(&sinks);
+    tick(&rt, &rooms, queue(now_ms));
+    assert!(
+        frames(&sinks) - before > (PLAZA / 10) as u64,
+        "frames went out"
+    );
+    let mut group = c.benchmark_group("spatial_tick");
+    group
+        .sampling_mode(SamplingMode::Flat)
+        .sample_size(40)
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(4));
+    group.bench_function(format!("{PLAZA}/moving-tenth"), |b| {
+        b.iter_batched(
+            || {
+                now_ms += TICK_MS;
+                (Arc::clone(&rooms), queue(now_ms))
+            },
+            |(rooms, now_ms)| tick(&rt, black_box(&rooms), now_ms),
+            BatchSize::PerIteration,
+        );
+    });
+    group.finish();
+    let bytes: u64 = sinks.iter().map(|s| s.bytes.load(Ordering::Relaxed)).sum();
+    black_box((bytes, metrics.moves_applied.get()));
+}
+
+criterion_group!(benches, bench_tick, bench_spatial_tick);
 criterion_main!(benches);
