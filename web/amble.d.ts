@@ -225,6 +225,17 @@ export interface SystemInfo {
   direct: boolean;
 }
 
+/** The answer to `find`. */
+export interface FoundInfo {
+  prefix: string;
+  /** Matches by id, with their positions (members out of view included). */
+  members: Member[];
+  /** Pass as `cursor` for the next page; 0 on the last. */
+  nextCursor: number;
+  /** Matches in all (counted up to 1,000). */
+  total: number;
+}
+
 /** The events of `client.on(type, fn)` and their handlers. */
 export interface AmbleEvents {
   state: (state: StateValue, previous: StateValue) => void;
@@ -242,6 +253,8 @@ export interface AmbleEvents {
   disappeared: (member: Member) => void;
   /** Spatial rooms: the room's member count changed (at most once a second). */
   population: (members: number) => void;
+  /** The answer to `find`: a page of the members whose name starts with `prefix`. */
+  found: (info: FoundInfo) => void;
   resync: (members: Map<number, Member>) => void;
   pong: (rttMs: number) => void;
   error: (info: ErrorInfo) => void;
@@ -328,6 +341,8 @@ export declare class AmbleClient {
    * RangeError for entries the server would refuse. False, sending nothing, when the data
    * budget is spent.
    */
+  /** Finds room members by name prefix (answered by a `found` event); false outside a room. */
+  find(prefix?: string, options?: { cursor?: number }): boolean;
   setData(changes: Record<string, string | null>): boolean;
   /** How long (ms) until chat() may send again. */
   chatWaitMs(): number;

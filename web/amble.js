@@ -440,6 +440,7 @@ function serverUrls(options) {
  * - `appeared` (member), `disappeared` (member) — spatial rooms: someone came
  *   into your view or went out of it (they are in the room all along: not
  *   `joined` or `left`)
+ * - `found` ({ prefix, members, nextCursor, total }) — the answer to `find`
  * - `population` (count) — spatial rooms: the room's member count changed
  *   (`client.population`; at most once a second)
  * - `system` ({ text, serverTimeMs, direct }) — a message from the app that
@@ -1135,6 +1136,20 @@ export class AmbleClient {
   }
 
   /**
+   * Finds members of your room whose name starts with `prefix` (ignoring
+   * case; '' for everyone), in view or not (a spatial room): the answer
+   * comes as a `found` event ({ prefix, members, nextCursor, total }, each
+   * member with its position, so you can walk or jump there). `cursor`
+   * continues a page (the last `found`'s nextCursor). Returns false,
+   * sending nothing, outside a room; the server allows a find every 2 s
+   * (bursts of 3) and answers RATE_LIMITED past it.
+   */
+  find(prefix = '', { cursor = 0 } = {}) {
+    if (this.state !== State.JOINED) return false;
+    return this.send({ find: { prefix: String(prefix).normalize('NFC'), cursor } });
+  }
+
+  /**
    * Sets entries of your member data (`{ key: value }`; a value of '' or
    * null removes the key). Everyone in the room, you included, gets a
    * `data` event once the server applied it; it stays for rejoins. Throws
@@ -1208,6 +1223,7 @@ export class AmbleClient {
     else if (msg.appeared) this.onAppeared(msg.appeared);
     else if (msg.disappeared) this.onDisappeared(msg.disappeared);
     else if (msg.population) this.onPopulation(msg.population);
+    else if (msg.found) this.onFound(msg.found);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
 
@@ -1350,6 +1366,16 @@ export class AmbleClient {
       this.members.delete(id);
       this.emit('disappeared', m);
     }
+  }
+
+  onFound(f) {
+    if (this.state !== State.JOINED) return;
+    this.emit('found', {
+      prefix: f.prefix,
+      members: f.members.map((w) => Member.fromWire(w, { tuning: this.tuning })),
+      nextCursor: f.nextCursor,
+      total: f.total,
+    });
   }
 
   onPopulation(p) {

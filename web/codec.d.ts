@@ -177,6 +177,12 @@ export interface RefreshToken {
   token: string;
 }
 
+/** Finds members of your room by name prefix (revision 5): a page after `cursor` (0: the first). */
+export interface Find {
+  prefix: string;
+  cursor: number;
+}
+
 /** A decoded ClientMessage: exactly one body. When encoding, fields left out are their defaults. */
 export type ClientMessage =
   | { join: Join }
@@ -185,7 +191,8 @@ export type ClientMessage =
   | { ping: Ping }
   | { leave: Leave }
   | { setData: SetData }
-  | { refresh: RefreshToken };
+  | { refresh: RefreshToken }
+  | { find: Find };
 
 /** What `encodeClientMessage` takes: a body whose fields may be left out (then their default). */
 export type ClientMessageInput =
@@ -195,7 +202,8 @@ export type ClientMessageInput =
   | { ping: Partial<Ping> }
   | { leave: Leave }
   | { setData: Partial<SetData> }
-  | { refresh: Partial<RefreshToken> };
+  | { refresh: Partial<RefreshToken> }
+  | { find: Partial<Find> };
 
 // ------------------------------------------------------------- server → client
 
@@ -266,6 +274,14 @@ export interface Appeared {
 export interface Disappeared {
   memberIds: number[];
 }
+/** The answer to Find (revision 5): a page of matches by id; nextCursor 0 on the last page. */
+export interface Found {
+  prefix: string;
+  members: WireMember[];
+  nextCursor: number;
+  /** Matches in all (counted up to 1,000). */
+  total: number;
+}
 /** The room's member count changed (revision 5; at most one a second). */
 export interface Population {
   members: number;
@@ -292,6 +308,7 @@ export interface ServerMessage {
   appeared?: Appeared;
   disappeared?: Disappeared;
   population?: Population;
+  found?: Found;
   motion: number[];
 }
 

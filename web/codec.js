@@ -17,7 +17,7 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = '0ca8512417c288d8';
+export const SCHEMA_FNV1A64 = '8e23b9a04886e193';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
@@ -32,7 +32,7 @@ export const SUBPROTOCOL = 'amble.v1';
  * and held places (Join.resumeToken, Welcome.resumeToken, Welcome.resumed,
  * Limits.resumeGraceMs, Renumbered); 5 spatial rooms (Appeared,
  * Disappeared, Population, Welcome.population, Limits.interestRadius,
- * interestCell, interestMargin). The server sends
+ * interestCell, interestMargin, Find, Found). The server sends
  * its own in every Welcome; web/test/vectors.json records the server's,
  * and the codec test checks that the two agree.
  */
@@ -829,6 +829,42 @@ const decodeDisappeared = kind(
   },
 );
 
+function encodeFind(w, f) {
+  w.string(1, str(f.prefix, 'find.prefix'));
+  w.scalar(2, u32(f.cursor, 'find.cursor'));
+}
+
+const decodeFind = kind(
+  () => ({ cursor: 0, prefix: '' }),
+  (r, n, wt, f) => {
+    switch (n) {
+      case 1: f.prefix = readString(r, wt, 'Find.prefix'); return true;
+      case 2: f.cursor = readU32(r, wt, 'Find.cursor'); return true;
+      default: return false;
+    }
+  },
+);
+
+function encodeFound(w, f) {
+  w.string(1, str(f.prefix, 'found.prefix'));
+  for (const m of f.members ?? []) w.message(2, m, encodeMember);
+  w.scalar(3, u32(f.nextCursor, 'found.nextCursor'));
+  w.scalar(4, u32(f.total, 'found.total'));
+}
+
+const decodeFound = kind(
+  () => ({ members: [], nextCursor: 0, prefix: '', total: 0 }),
+  (r, n, wt, f) => {
+    switch (n) {
+      case 1: f.prefix = readString(r, wt, 'Found.prefix'); return true;
+      case 2: f.members.push(readMessage(r, wt, 'Found.members', null, decodeMember)); return true;
+      case 3: f.nextCursor = readU32(r, wt, 'Found.nextCursor'); return true;
+      case 4: f.total = readU32(r, wt, 'Found.total'); return true;
+      default: return false;
+    }
+  },
+);
+
 function encodePopulation(w, p) {
   w.scalar(1, u32(p.members, 'population.members'));
 }
@@ -901,6 +937,7 @@ const CLIENT_BODIES = [
   [5, 'leave', () => {}, decodeLeave],
   [6, 'setData', encodeSetData, decodeSetData],
   [7, 'refresh', encodeRefreshToken, decodeRefreshToken],
+  [8, 'find', encodeFind, decodeFind],
 ];
 
 const SERVER_BODIES = [
@@ -920,6 +957,7 @@ const SERVER_BODIES = [
   [14, 'appeared', encodeAppeared, decodeAppeared],
   [15, 'disappeared', encodeDisappeared, decodeDisappeared],
   [16, 'population', encodePopulation, decodePopulation],
+  [17, 'found', encodeFound, decodeFound],
 ];
 
 /** A oneof's bodies by field number. */

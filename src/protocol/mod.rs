@@ -170,6 +170,12 @@ pub enum Command {
         client_time_ms: u64,
     },
     Leave,
+    /// Members whose name starts with `prefix` (NFC, compared ignoring
+    /// case; empty: everyone), after the member id `cursor`.
+    Find {
+        prefix: String,
+        cursor: u32,
+    },
     /// A fresh token for the member's session; empty when none was sent
     /// (the gate refuses it as missing).
     RefreshToken {
@@ -282,6 +288,14 @@ pub fn decode_client(frame: &[u8], rules: &Rules) -> Result<Command, DecodeError
         Body::Leave(_) => Ok(Command::Leave),
         Body::Refresh(refresh) => Ok(Command::RefreshToken {
             token: refresh.token,
+        }),
+        Body::Find(find) => Ok(Command::Find {
+            prefix: if find.prefix.is_empty() {
+                find.prefix
+            } else {
+                validate_name(find.prefix, rules)?
+            },
+            cursor: find.cursor,
         }),
     }
 }

@@ -614,6 +614,22 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 member_ids: vec![3, 300, 70_001],
             })),
         ),
+        client(
+            "find",
+            C::Find(pb::Find {
+                prefix: "ad".into(),
+                cursor: 41,
+            }),
+        ),
+        server(
+            "found",
+            body(S::Found(pb::Found {
+                prefix: "ad".into(),
+                members: snapshot.members.clone(),
+                next_cursor: 57,
+                total: 212,
+            })),
+        ),
         server(
             "population",
             body(S::Population(pb::Population { members: 9_413 })),

@@ -165,6 +165,9 @@ struct State {
     /// A spatial room: who lives in which cell (`None`: a plain room,
     /// where everyone sees everyone).
     spatial: Option<Box<spatial::Spatial>>,
+    /// Finds the whole room may make (each reads every name); made at the
+    /// first.
+    finds: Option<Box<crate::access::throttle::Gcra>>,
 }
 
 struct Member {
@@ -323,6 +326,46 @@ impl State {
         }
         MemberId(next)
     }
+}
+
+/// Members a `Found` lists at most.
+pub const FIND_PAGE: usize = 20;
+/// Matches a `Found` counts at most (its `total` says "at least" past it).
+pub const FIND_COUNT_CAP: u32 = 1_000;
+/// Finds one room answers: one per interval, in bursts.
+const ROOM_FIND_INTERVAL: Duration = Duration::from_millis(20);
+const ROOM_FIND_BURST: u32 = 50;
+
+/// A page of `members` whose name starts with `prefix` (ignoring case),
+/// by id, after `cursor`; `total` counts every match, up to
+/// [`FIND_COUNT_CAP`].
+fn find_page(members: &BTreeMap<MemberId, Member>, prefix: &str, cursor: u32) -> pb::Found {
+    let wanted = prefix.to_lowercase();
+    let matches = |m: &Member| m.name.to_lowercase().starts_with(&wanted);
+    let mut found = pb::Found {
+        prefix: prefix.to_owned(),
+        ..pb::Found::default()
+    };
+    for (id, m) in members {
+        if !matches(m) {
+            continue;
+        }
+        if found.total < FIND_COUNT_CAP {
+            found.total += 1;
+        }
+        if id.0 <= cursor && cursor > 0 {
+            continue;
+        }
+        if found.members.len() < FIND_PAGE {
+            found.members.push(member_pb(*id, m));
+        } else if found.next_cursor == 0 {
+            found.next_cursor = found.members.last().map_or(0, |m| m.id);
+        }
+        if found.total >= FIND_COUNT_CAP && found.next_cursor != 0 {
+            break;
+        }
+    }
+    found
 }
 
 /// `ms` since the Unix epoch in whole seconds (a u32 holds them until 2106).
@@ -495,6 +538,7 @@ impl Rooms {
                     spatial: self
                         .spatial_settings(room)
                         .map(|s| Box::new(spatial::Spatial::new(s.grid()))),
+                    finds: None,
                 }),
                 out: Mutex::new(Out { sinks: Vec::new() }),
             })
@@ -968,6 +1012,38 @@ impl Membership {
             }
         })
         .await;
+    }
+
+    /// Sends this member a `Found`: a page of the room's members whose
+    /// name starts with `prefix` (ignoring case), by id, after `cursor`.
+    /// False, sending nothing, when the room's own find budget is spent.
+    pub async fn find(&self, prefix: &str, cursor: u32) -> bool {
+        let now = tokio::time::Instant::now();
+        fan_out(|| {
+            let mut st = self.room.state();
+            if !self.is_in(&st) {
+                return true;
+            }
+            let budget = st.finds.get_or_insert_with(|| {
+                Box::new(crate::access::throttle::Gcra::new(
+                    ROOM_FIND_INTERVAL,
+                    ROOM_FIND_BURST,
+                ))
+            });
+            if budget.admit(now) != crate::access::throttle::Admit::Now {
+                return false;
+            }
+            let found = find_page(&st.members, prefix, cursor);
+            let frame = encode_server(Body::Found(found));
+            let out = self.room.out();
+            drop(st);
+            if let Some(sink) = out.sink(self.id) {
+                self.rooms.metrics.sent_to(1, frame.len());
+                sink.send(&frame);
+            }
+            true
+        })
+        .await
     }
 
     /// Leaves the room; the others get `Left` with `reason`.

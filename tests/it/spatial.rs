@@ -180,3 +180,48 @@ async fn a_plain_room_keeps_its_world_and_a_spatial_one_has_its_own() {
     bo.expect_error(pb::ErrorCode::InvalidPosition).await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn find_names_members_out_of_view_with_their_positions_a_page_at_a_time() {
+    let server = TestServer::start().await;
+    let (mut ada, _) = at(&server, "Ada", 100, 100).await;
+    let (_bo, wb) = at(&server, "Bob Far", 40_000, 40_000).await;
+    let (_bea, _) = at(&server, "bea", 20_000, 100).await;
+    let (_cy, _) = at(&server, "Cy", 30_000, 30_000).await;
+    let find = |prefix: &str, cursor: u32| {
+        C::Find(pb::Find {
+            prefix: prefix.into(),
+            cursor,
+        })
+    };
+    let found = |m: &pb::ServerMessage| match &m.body {
+        Some(S::Found(f)) => Some(f.clone()),
+        _ => None,
+    };
+    ada.send(find("b", 0)).await;
+    let f = ada.until(found).await;
+    assert_eq!(f.total, 2, "Bob Far and bea, ignoring case");
+    let names: Vec<&str> = f.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names, ["Bob Far", "bea"]);
+    assert_eq!(f.members[0].id, wb.member_id);
+    assert_eq!(
+        f.members[0].position,
+        Some(pb::Position {
+            x: 40_000,
+            y: 40_000
+        })
+    );
+    assert_eq!(f.next_cursor, 0);
+    // Everyone, after Bob's id.
+    ada.send(find("", wb.member_id)).await;
+    let f = ada.until(found).await;
+    assert_eq!(f.total, 4);
+    assert!(f.members.iter().all(|m| m.id > wb.member_id));
+    // Over the budget (a burst of 3): refused, the session goes on.
+    ada.send(find("c", 0)).await;
+    ada.until(found).await;
+    ada.send(find("c", 0)).await;
+    ada.expect_error(pb::ErrorCode::RateLimited).await;
+    ada.ping().await;
+    server.stop().await;
+}

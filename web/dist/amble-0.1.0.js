@@ -24,7 +24,7 @@ const module_codec_js = (() => {
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-const SCHEMA_FNV1A64 = '0ca8512417c288d8';
+const SCHEMA_FNV1A64 = '8e23b9a04886e193';
 
 /** The WebSocket subprotocol. */
 const SUBPROTOCOL = 'amble.v1';
@@ -39,7 +39,7 @@ const SUBPROTOCOL = 'amble.v1';
  * and held places (Join.resumeToken, Welcome.resumeToken, Welcome.resumed,
  * Limits.resumeGraceMs, Renumbered); 5 spatial rooms (Appeared,
  * Disappeared, Population, Welcome.population, Limits.interestRadius,
- * interestCell, interestMargin). The server sends
+ * interestCell, interestMargin, Find, Found). The server sends
  * its own in every Welcome; web/test/vectors.json records the server's,
  * and the codec test checks that the two agree.
  */
@@ -836,6 +836,42 @@ const decodeDisappeared = kind(
   },
 );
 
+function encodeFind(w, f) {
+  w.string(1, str(f.prefix, 'find.prefix'));
+  w.scalar(2, u32(f.cursor, 'find.cursor'));
+}
+
+const decodeFind = kind(
+  () => ({ cursor: 0, prefix: '' }),
+  (r, n, wt, f) => {
+    switch (n) {
+      case 1: f.prefix = readString(r, wt, 'Find.prefix'); return true;
+      case 2: f.cursor = readU32(r, wt, 'Find.cursor'); return true;
+      default: return false;
+    }
+  },
+);
+
+function encodeFound(w, f) {
+  w.string(1, str(f.prefix, 'found.prefix'));
+  for (const m of f.members ?? []) w.message(2, m, encodeMember);
+  w.scalar(3, u32(f.nextCursor, 'found.nextCursor'));
+  w.scalar(4, u32(f.total, 'found.total'));
+}
+
+const decodeFound = kind(
+  () => ({ members: [], nextCursor: 0, prefix: '', total: 0 }),
+  (r, n, wt, f) => {
+    switch (n) {
+      case 1: f.prefix = readString(r, wt, 'Found.prefix'); return true;
+      case 2: f.members.push(readMessage(r, wt, 'Found.members', null, decodeMember)); return true;
+      case 3: f.nextCursor = readU32(r, wt, 'Found.nextCursor'); return true;
+      case 4: f.total = readU32(r, wt, 'Found.total'); return true;
+      default: return false;
+    }
+  },
+);
+
 function encodePopulation(w, p) {
   w.scalar(1, u32(p.members, 'population.members'));
 }
@@ -908,6 +944,7 @@ const CLIENT_BODIES = [
   [5, 'leave', () => {}, decodeLeave],
   [6, 'setData', encodeSetData, decodeSetData],
   [7, 'refresh', encodeRefreshToken, decodeRefreshToken],
+  [8, 'find', encodeFind, decodeFind],
 ];
 
 const SERVER_BODIES = [
@@ -927,6 +964,7 @@ const SERVER_BODIES = [
   [14, 'appeared', encodeAppeared, decodeAppeared],
   [15, 'disappeared', encodeDisappeared, decodeDisappeared],
   [16, 'population', encodePopulation, decodePopulation],
+  [17, 'found', encodeFound, decodeFound],
 ];
 
 /** A oneof's bodies by field number. */
@@ -1890,6 +1928,7 @@ function serverUrls(options) {
  * - `appeared` (member), `disappeared` (member) — spatial rooms: someone came
  *   into your view or went out of it (they are in the room all along: not
  *   `joined` or `left`)
+ * - `found` ({ prefix, members, nextCursor, total }) — the answer to `find`
  * - `population` (count) — spatial rooms: the room's member count changed
  *   (`client.population`; at most once a second)
  * - `system` ({ text, serverTimeMs, direct }) — a message from the app that
@@ -2585,6 +2624,20 @@ class AmbleClient {
   }
 
   /**
+   * Finds members of your room whose name starts with `prefix` (ignoring
+   * case; '' for everyone), in view or not (a spatial room): the answer
+   * comes as a `found` event ({ prefix, members, nextCursor, total }, each
+   * member with its position, so you can walk or jump there). `cursor`
+   * continues a page (the last `found`'s nextCursor). Returns false,
+   * sending nothing, outside a room; the server allows a find every 2 s
+   * (bursts of 3) and answers RATE_LIMITED past it.
+   */
+  find(prefix = '', { cursor = 0 } = {}) {
+    if (this.state !== State.JOINED) return false;
+    return this.send({ find: { prefix: String(prefix).normalize('NFC'), cursor } });
+  }
+
+  /**
    * Sets entries of your member data (`{ key: value }`; a value of '' or
    * null removes the key). Everyone in the room, you included, gets a
    * `data` event once the server applied it; it stays for rejoins. Throws
@@ -2658,6 +2711,7 @@ class AmbleClient {
     else if (msg.appeared) this.onAppeared(msg.appeared);
     else if (msg.disappeared) this.onDisappeared(msg.disappeared);
     else if (msg.population) this.onPopulation(msg.population);
+    else if (msg.found) this.onFound(msg.found);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
 
@@ -2800,6 +2854,16 @@ class AmbleClient {
       this.members.delete(id);
       this.emit('disappeared', m);
     }
+  }
+
+  onFound(f) {
+    if (this.state !== State.JOINED) return;
+    this.emit('found', {
+      prefix: f.prefix,
+      members: f.members.map((w) => Member.fromWire(w, { tuning: this.tuning })),
+      nextCursor: f.nextCursor,
+      total: f.total,
+    });
   }
 
   onPopulation(p) {

@@ -157,7 +157,7 @@ function setup(options = {}) {
   const events = [];
   for (const type of [
     'state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data',
-    'tokenExpiring', 'tokenRefreshed', 'system', 'appeared', 'disappeared', 'population',
+    'tokenExpiring', 'tokenRefreshed', 'system', 'appeared', 'disappeared', 'population', 'found',
   ]) {
     client.on(type, (...args) => events.push([type, ...args]));
   }
@@ -754,6 +754,19 @@ test('spatial: Appeared adds members without a joined, Disappeared removes them 
   last().receive({ population: { members: 9412 } });
   assert.equal(client.population, 9412);
   assert.deepEqual(of('population').map((e) => e[1]), [9412]);
+});
+
+test('find: a Find goes out only in a room, and Found comes as a found event with members', () => {
+  const { client, last, of } = joined();
+  assert.equal(client.find('Ad', { cursor: 4 }), true);
+  assert.deepEqual(last().sentOf('find'), [{ prefix: 'Ad', cursor: 4 }]);
+  last().receive({ found: { prefix: 'Ad', members: [wire(9, 'Ada Far', 40000, 40000)], nextCursor: 0, total: 1 } });
+  const [[, found]] = of('found');
+  assert.equal(found.total, 1);
+  assert.equal(found.members[0].name, 'Ada Far');
+  assert.equal(client.members.has(9), false, 'found is not in view');
+  client.leave();
+  assert.equal(client.find('x'), false);
 });
 
 // Issue #18: the app's removals through the server API end the session for good.

@@ -63,10 +63,10 @@ test('the vectors cover every message body', () => {
     if (v.type === 'ServerMessage' && v.json.motion.length > 0) bodies[v.type].add('motion');
   }
   assert.deepEqual([...bodies.ClientMessage].sort(), [
-    'chat', 'join', 'leave', 'move', 'ping', 'refresh', 'setData',
+    'chat', 'find', 'join', 'leave', 'move', 'ping', 'refresh', 'setData',
   ]);
   assert.deepEqual([...bodies.ServerMessage].sort(), [
-    'appeared', 'chat', 'disappeared', 'error', 'joined', 'left', 'memberData', 'motion',
+    'appeared', 'chat', 'disappeared', 'error', 'found', 'joined', 'left', 'memberData', 'motion',
     'pong', 'population', 'renumbered', 'resync', 'system', 'tokenExpiring', 'tokenRefreshed',
     'welcome',
   ]);

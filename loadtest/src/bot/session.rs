@@ -423,7 +423,8 @@ impl<'a> Session<'a> {
                     | Body::TokenRefreshed(_)
                     | Body::System(_)
                     | Body::Renumbered(_)
-                    | Body::Population(_),
+                    | Body::Population(_)
+                    | Body::Found(_),
                 )
                 | None => {}
             }

@@ -86,6 +86,11 @@ const JOIN_BURST: u32 = 5;
 /// close; a flooder that does not read costs no more than this.
 const CLOSE_DRAIN_MESSAGES: usize = 4_096;
 
+/// Find budget: a burst of `FIND_BURST`, then one per `FIND_INTERVAL`
+/// (each reads the room's names; the room has a budget of its own too).
+const FIND_INTERVAL: Duration = Duration::from_secs(2);
+const FIND_BURST: u32 = 3;
+
 /// Pings over budget get at most one `RATE_LIMITED` notice per interval.
 const PING_NOTICE_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -174,6 +179,8 @@ struct Connection {
     joins: Budget,
     /// RefreshTokens: each one verifies a signature. Made at the first.
     refreshes: Option<Box<Budget>>,
+    /// Finds: each one reads the room's names. Made at the first.
+    finds: Option<Box<Budget>>,
     /// The member's token expiry; `None` without a member or a token.
     token: Option<Box<TokenClock>>,
     /// The member's user (its token's `sub`): a refresh must carry it.
@@ -217,6 +224,7 @@ pub async fn run(
         data: None,
         joins: Budget::new(JOIN_INTERVAL, JOIN_BURST, config.flood_factor),
         refreshes: None,
+        finds: None,
         token: None,
         user: None,
         strikes: Gcra::new(Duration::from_secs(1), 20),
@@ -673,6 +681,35 @@ impl Connection {
                         self.refuse(ErrorCode::RateLimited, text).await
                     }
                     Verdict::Flood => self.flood("SetData").await,
+                }
+            }
+            Command::Find { prefix, cursor } => {
+                let Some(m) = &self.membership else {
+                    return self.refuse(ErrorCode::NotJoined, "Find before Join").await;
+                };
+                let flood = self.shared.config.session.flood_factor;
+                let budget = self
+                    .finds
+                    .get_or_insert_with(|| Box::new(Budget::new(FIND_INTERVAL, FIND_BURST, flood)));
+                match budget.arrive(now) {
+                    Verdict::Apply => {
+                        if m.find(&prefix, cursor).await {
+                            Ok(())
+                        } else {
+                            self.refuse(
+                                ErrorCode::RateLimited,
+                                "the room is searched too often: Find dropped, try again in a second",
+                            )
+                            .await
+                        }
+                    }
+                    Verdict::Defer(at) => {
+                        let wait = at.saturating_duration_since(now).as_millis();
+                        let text =
+                            format!("find budget spent: Find dropped, next allowed in {wait} ms");
+                        self.refuse(ErrorCode::RateLimited, text).await
+                    }
+                    Verdict::Flood => self.flood("Find").await,
                 }
             }
             Command::RefreshToken { token } => Box::pin(self.refresh(token, now)).await,
