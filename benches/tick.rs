@@ -63,6 +63,8 @@ impl World {
                 spawn: Position { x: 2_500, y: 2_500 },
                 world: Position { x: 5_000, y: 5_000 },
                 limits: pb::Limits::default(),
+                resume_grace: Duration::ZERO,
+                max_held: 0,
             },
             Clock::start(),
             Arc::clone(&metrics),

@@ -257,6 +257,7 @@ impl Config {
             max_data_value_chars: session.max_data_value_chars,
             data_interval_ms: session.data_interval_ms,
             data_burst: session.data_burst,
+            resume_grace_ms: room.resume_grace_ms,
         }
     }
 }

@@ -38,11 +38,25 @@ pub struct RoomConfig {
     #[arg(long, display_order = 59, env = "AMBLE_TICK_WORKERS", default_value_t = 0,
           value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub tick_workers: u16,
+
+    /// How long a member whose connection dropped without a Leave (closed,
+    /// failed, idle, not reading) keeps its place, milliseconds: nobody
+    /// sees it leave, and a Join with its resume token (`Welcome`) takes
+    /// the place back. After it, the usual `Left`. Held places count in the
+    /// room's capacity; a node holds at most --max-connections of them.
+    /// 0 holds none (members leave at once, and `Welcome` has no token).
+    #[arg(long, display_order = 120, env = "AMBLE_RESUME_GRACE_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(0..=600_000))]
+    pub resume_grace_ms: u32,
 }
 
 impl RoomConfig {
     pub fn tick(&self) -> Duration {
         Duration::from_millis(u64::from(self.tick_ms))
+    }
+
+    pub fn resume_grace(&self) -> Duration {
+        Duration::from_millis(u64::from(self.resume_grace_ms))
     }
 
     /// The unit of truncated motion times: the tick, or 10 ms when moves

@@ -20,7 +20,7 @@
 //! ([`Sink::replaced`]).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use crate::protocol::{
     Changes, Data, DataError, LeaveReason, MemberId, Motion, MotionRecord, Position, Rules,
     encode_motion, encode_server, motion_time, pb,
 };
+use crate::room::resume::{Places, ResumeToken};
 use crate::room::sink::{Frame, Sink};
 
 /// How rooms behave; taken from the server config.
@@ -52,6 +53,12 @@ pub struct RoomSettings {
     pub world: Position,
     /// Sent to every member in `Welcome`.
     pub limits: pb::Limits,
+    /// How long the place of a member whose connection dropped is held
+    /// for a resume (`--resume-grace-ms`); zero holds none.
+    pub resume_grace: Duration,
+    /// Places held at most on this node at once; a drop past it leaves at
+    /// once.
+    pub max_held: usize,
 }
 
 /// Why a join failed.
@@ -82,6 +89,9 @@ pub struct Rooms {
     clock: Clock,
     metrics: Arc<Metrics>,
     shutting_down: AtomicBool,
+    /// Places held on this node now, in every room (under
+    /// `settings.max_held`).
+    held: AtomicUsize,
 }
 
 /// One room: its members' state, and the sinks its frames go to.
@@ -135,11 +145,17 @@ struct State {
     open: bool,
     /// Cluster mode: the other nodes' parts and this node's publishing.
     remote: Option<Box<remote::Remote>>,
+    /// Local members' resume tokens and held places.
+    places: Places,
 }
 
 struct Member {
     /// Unique for the server's lifetime; see [`Rooms::seats`].
     seat: u64,
+    /// Which connection has the place: each resume takes the next, so the
+    /// connection it was taken from can act on nothing (its `Membership`
+    /// holds the older lease). The seat stays, as other nodes know it.
+    lease: u32,
     /// The app's user (a token's `sub`), if the server knows users. For
     /// another node's member: the user it shows (`share_user` is then set).
     user: Option<Arc<str>>,
@@ -175,6 +191,9 @@ pub struct Arrival {
     /// When the member's token expires (`Welcome.token_expires_at_ms`), ms
     /// since the Unix epoch; 0 without a token.
     pub token_expires_at_ms: u64,
+    /// The Join's resume token: take back the place it names, if it is
+    /// still held for this user (else the Join joins afresh).
+    pub resume: Option<ResumeToken>,
 }
 
 /// A room name, how many members it has and how many it takes, for
@@ -293,6 +312,7 @@ impl Rooms {
             clock,
             metrics,
             shutting_down: AtomicBool::new(false),
+            held: AtomicUsize::new(0),
         })
     }
 
@@ -389,6 +409,7 @@ impl Rooms {
                         let opening = self.openings.fetch_add(1, Ordering::Relaxed) + 1;
                         Box::new(remote::Remote::new(c.room_subject(room), opening))
                     }),
+                    places: Places::default(),
                 }),
                 out: Mutex::new(Out { sinks: Vec::new() }),
             })
@@ -414,8 +435,23 @@ impl Rooms {
             claimed,
             share_user,
             token_expires_at_ms,
+            resume,
         } = arrival;
         let room = handle.name();
+        if let Some(token) = resume {
+            match self.resumable(&st, &token, user.as_ref()) {
+                Ok(id) => {
+                    let taker = hold::Taker {
+                        token,
+                        id,
+                        claimed,
+                        token_expires_at_ms,
+                    };
+                    return Ok(self.resume_locked(handle, st, taker, sink));
+                }
+                Err(refusal) => self.metrics.resume_refuse(refusal.reason()),
+            }
+        }
         let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
         if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
             return Err(JoinError::RoomFull {
@@ -423,9 +459,15 @@ impl Rooms {
                 capacity: self.settings.capacity,
             });
         }
-        // The user's older member leaves first (its id may be reused).
+        // The user's older member leaves first (its id may be reused), held
+        // or not.
         let replaced = match replacing {
-            Some(old) if st.members.remove(&old).is_some() => Some(old),
+            Some(old) if st.members.remove(&old).is_some() => {
+                if st.places.forget(old) {
+                    self.unheld();
+                }
+                Some(old)
+            }
             _ => None,
         };
         let now_ms = self.clock.now_ms();
@@ -437,6 +479,7 @@ impl Rooms {
         let seat = self.seats.fetch_add(1, Ordering::Relaxed);
         let member = Member {
             seat,
+            lease: 0,
             user,
             share_user,
             name: name.into_boxed_str(),
@@ -457,15 +500,8 @@ impl Rooms {
         let joined = encode_server(Body::Joined(pb::Joined {
             member: Some(joined_pb),
         }));
-        let welcome = encode_server(Body::Welcome(pb::Welcome {
-            member_id: id.0,
-            room: room.to_owned(),
-            limits: Some(self.settings.limits),
-            snapshot: Some(st.snapshot(now_ms)),
-            server_version: crate::protocol::SERVER_VERSION.to_owned(),
-            protocol_revision: crate::protocol::PROTOCOL_REVISION,
-            token_expires_at_ms,
-        }));
+        let next = self.issue_token(&mut st, id);
+        let welcome = self.welcome(&st, room, id, token_expires_at_ms, next, false);
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.
         let mut out = handle.out();
@@ -473,15 +509,19 @@ impl Rooms {
         if let Some(batch) = early_batch {
             out.publish(&batch, &self.metrics);
         }
+        // A held member has no sink, but the room still sees it go.
         let replaced_sink = replaced.and_then(|old| {
-            let at = out.sinks.iter().position(|(m, _)| *m == old)?;
-            let (_, old_sink) = out.sinks.remove(at);
             let left = encode_server(Body::Left(pb::Left {
                 member_id: old.0,
                 reason: LeaveReason::Replaced as i32,
             }));
+            let old_sink = out
+                .sinks
+                .iter()
+                .position(|(m, _)| *m == old)
+                .map(|at| out.sinks.remove(at).1);
             out.publish(&left, &self.metrics);
-            Some(old_sink)
+            old_sink
         });
         out.publish(&joined, &self.metrics);
         self.metrics.sent_to(1, welcome.len());
@@ -501,20 +541,63 @@ impl Rooms {
             room: Arc::clone(handle),
             id,
             seat,
+            lease: 0,
             claimed,
             left: false,
+            resumed: false,
         })
     }
 
-    fn remove(&self, room: &Arc<Room>, id: MemberId, seat: u64, reason: LeaveReason) {
+    /// The `Welcome` for member `id` of `room`, with the room's snapshot
+    /// as it is under `st`.
+    fn welcome(
+        &self,
+        st: &State,
+        room: &str,
+        id: MemberId,
+        token_expires_at_ms: u64,
+        resume_token: Option<ResumeToken>,
+        resumed: bool,
+    ) -> Frame {
+        encode_server(Body::Welcome(pb::Welcome {
+            member_id: id.0,
+            room: room.to_owned(),
+            limits: Some(self.settings.limits),
+            snapshot: Some(st.snapshot(self.clock.now_ms())),
+            server_version: crate::protocol::SERVER_VERSION.to_owned(),
+            protocol_revision: crate::protocol::PROTOCOL_REVISION,
+            token_expires_at_ms,
+            resume_token: resume_token.map(|t| t.to_string()).unwrap_or_default(),
+            resumed,
+        }))
+    }
+
+    /// Removes member `id` (seat `seat`, lease `lease`; `None`: whichever
+    /// lease holds the place) from `room`; the others see `Left{reason}`.
+    fn remove(
+        &self,
+        room: &Arc<Room>,
+        id: MemberId,
+        seat: u64,
+        lease: Option<u32>,
+        reason: LeaveReason,
+    ) {
         let (now_empty, linger) = {
             let mut st = room.state();
-            // Gone already (replaced), or the id is someone else's now.
-            if st.members.get(&id).is_none_or(|m| m.seat != seat) {
+            // Gone already (replaced), the id is someone else's now, or a
+            // resume took the place to another connection.
+            if st
+                .members
+                .get(&id)
+                .is_none_or(|m| m.seat != seat || lease.is_some_and(|l| l != m.lease))
+            {
                 return;
             }
             if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
                 st.users.remove(&user);
+            }
+            if st.places.forget(id) {
+                self.unheld();
             }
             let shutting_down = self.shutting_down.load(Ordering::Relaxed);
             let (now_empty, linger) = match self.cluster.get() {
@@ -568,7 +651,7 @@ impl Rooms {
 
     /// Queues `motion` as `id`'s newest move; with a zero tick it is applied
     /// and sent at once.
-    fn submit(&self, room: &Room, id: MemberId, seat: u64, motion: Motion) {
+    fn submit(&self, room: &Room, id: MemberId, seat: u64, lease: u32, motion: Motion) {
         let mut st = room.state();
         let State {
             members,
@@ -576,7 +659,10 @@ impl Rooms {
             remote,
             ..
         } = &mut *st;
-        let Some(member) = members.get_mut(&id).filter(|m| m.seat == seat) else {
+        let Some(member) = members
+            .get_mut(&id)
+            .filter(|m| m.seat == seat && m.lease == lease)
+        else {
             return;
         };
         if self.settings.tick.is_zero() {
@@ -649,9 +735,13 @@ pub struct Membership {
     room: Arc<Room>,
     id: MemberId,
     seat: u64,
+    /// Which connection of this place this is (see `Member::lease`).
+    lease: u32,
     /// The entries the token's `data` claim set, which SetData cannot change.
     claimed: Data,
     left: bool,
+    /// This membership took back a held place (a resume).
+    resumed: bool,
 }
 
 impl Membership {
@@ -666,7 +756,11 @@ impl Membership {
     /// Queues a move (already throttled) for the next tick; with a zero
     /// tick it is sent at once.
     pub async fn submit(&self, motion: Motion) {
-        fan_out(|| self.rooms.submit(&self.room, self.id, self.seat, motion)).await;
+        fan_out(|| {
+            self.rooms
+                .submit(&self.room, self.id, self.seat, self.lease, motion)
+        })
+        .await;
     }
 
     /// Relays a chat message to the room, sender included.
@@ -699,7 +793,7 @@ impl Membership {
         let cluster = self.rooms.cluster.get();
         fan_out(|| {
             let mut st = self.room.state();
-            let Some(member) = st.members.get_mut(&self.id).filter(|m| m.seat == self.seat) else {
+            let Some(member) = st.members.get_mut(&self.id).filter(|m| self.owns(m)) else {
                 return Ok(());
             };
             let data = member.data.merged(changes, &self.claimed, rules)?;
@@ -741,31 +835,50 @@ impl Membership {
         .await;
     }
 
+    /// Whether this membership took back a held place (`Welcome.resumed`).
+    pub fn resumed(&self) -> bool {
+        self.resumed
+    }
+
     /// Leaves the room; the others get `Left` with `reason`.
     pub async fn leave(mut self, reason: LeaveReason) {
         self.left = true;
-        fan_out(|| self.rooms.remove(&self.room, self.id, self.seat, reason)).await;
+        fan_out(|| {
+            self.rooms
+                .remove(&self.room, self.id, self.seat, Some(self.lease), reason)
+        })
+        .await;
     }
 
-    /// Whether this member is still in the room (not replaced).
+    /// Whether this member is still in the room (not replaced, and its
+    /// place not taken by a resume).
     fn is_in(&self, st: &State) -> bool {
-        st.members
-            .get(&self.id)
-            .is_some_and(|m| m.seat == self.seat)
+        st.members.get(&self.id).is_some_and(|m| self.owns(m))
+    }
+
+    fn owns(&self, m: &Member) -> bool {
+        m.seat == self.seat && m.lease == self.lease
     }
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
         if !self.left {
-            self.rooms
-                .remove(&self.room, self.id, self.seat, LeaveReason::Disconnected);
+            self.rooms.remove(
+                &self.room,
+                self.id,
+                self.seat,
+                Some(self.lease),
+                LeaveReason::Disconnected,
+            );
         }
     }
 }
 
 mod grid;
+mod hold;
 mod remote;
+pub mod resume;
 pub mod sink;
 mod tick;
 

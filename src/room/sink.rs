@@ -31,4 +31,10 @@ pub trait Sink: Send + Sync + 'static {
     /// newer connection: the room sends it nothing more, and its connection
     /// should end (`REPLACED`). Never blocks.
     fn replaced(&self) {}
+
+    /// The member's place was taken back by a resume from a newer
+    /// connection (its client gave this one up): the room sends it nothing
+    /// more, and its connection should end quietly; the room saw nothing.
+    /// Never blocks.
+    fn superseded(&self) {}
 }

@@ -85,6 +85,8 @@ pub(crate) fn state(
                 y: config.room.world_height,
             },
             limits: config.limits(),
+            resume_grace: config.room.resume_grace(),
+            max_held: config.max_connections as usize,
         },
         clock,
         Arc::clone(&metrics),

@@ -65,6 +65,8 @@ struct State<S> {
     sealed: bool,
     /// The room replaced this member with a newer connection of its user.
     replaced: bool,
+    /// A resume from a newer connection took this member's place.
+    superseded: bool,
     /// When the current backlog began (`None` while the queue is empty),
     /// and the start of the backlog the connection task was last told of.
     backlog: Option<Instant>,
@@ -90,6 +92,9 @@ pub enum Event {
     Failed,
     /// A newer connection of the same user took this member's place.
     Replaced,
+    /// A resume (the same client, from a newer connection) took this
+    /// member's place.
+    Superseded,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
@@ -106,6 +111,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
                 lagged: false,
                 failed: false,
                 replaced: false,
+                superseded: false,
                 overflowed: false,
                 sealed: false,
                 backlog: None,
@@ -210,6 +216,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
         if st.replaced {
             return Poll::Ready(Event::Replaced);
         }
+        if st.superseded {
+            return Poll::Ready(Event::Superseded);
+        }
         match st.drain(cx) {
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(_)) => {
@@ -259,6 +268,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Sink for Outbox<S> {
     fn replaced(&self) {
         let mut st = self.lock();
         st.replaced = true;
+        st.wake();
+    }
+
+    fn superseded(&self) {
+        let mut st = self.lock();
+        st.superseded = true;
         st.wake();
     }
 }

@@ -17,4 +17,5 @@ mod lifecycle;
 mod movement;
 mod node_sdk;
 mod proxy;
+mod resume;
 mod support;

@@ -106,6 +106,7 @@ impl Apply<'_> {
             None => {
                 let member = Member {
                     seat: m.seat,
+                    lease: 0,
                     share_user: m.user.is_some(),
                     user: m.user,
                     name: m.name.into_boxed_str(),

@@ -65,6 +65,8 @@ impl Node {
                 spawn: Position { x: 10, y: 10 },
                 world: Position { x: 5_000, y: 5_000 },
                 limits: pb::Limits::default(),
+                resume_grace: Duration::ZERO,
+                max_held: 0,
             },
             Clock::start(),
             Arc::clone(&metrics),
@@ -730,6 +732,7 @@ fn ids_in_a_slot_are_lowest_free_first() {
     let mut members = BTreeMap::new();
     let m = || Member {
         seat: 0,
+        lease: 0,
         user: None,
         share_user: false,
         name: "".into(),

@@ -11,6 +11,7 @@ use crate::access::auth::data_claim;
 use crate::access::auth::refresh::expires_at_ms;
 use crate::access::throttle::Verdict;
 use crate::protocol::{Data, ErrorCode, Position, check_position, validate_name};
+use crate::room::resume::ResumeToken;
 use crate::room::{Arrival, JoinError};
 
 /// What a Join asks for: the token's claims may override each.
@@ -18,6 +19,8 @@ pub(super) struct Asked {
     pub(super) name: String,
     pub(super) start: Option<Position>,
     pub(super) data: Data,
+    /// The Join's resume token (empty: a fresh join).
+    pub(super) resume_token: String,
 }
 
 impl Connection {
@@ -30,6 +33,7 @@ impl Connection {
             name: asked,
             start: asked_start,
             data: asked_data,
+            resume_token,
         } = asked;
         let metrics = &self.shared.metrics;
         let mut admission = self.shared.gate.admit(token, room).map_err(|refusal| {
@@ -80,7 +84,15 @@ impl Connection {
             )
         })?;
         let token_expires_at_ms = admission.expires_at.take().map_or(0, expires_at_ms);
+        // A token that cannot be one joins afresh, like an unknown one.
+        let resume = match resume_token.as_str() {
+            "" => None,
+            text => ResumeToken::parse(text)
+                .inspect_err(|refusal| metrics.resume_refuse(refusal.reason()))
+                .ok(),
+        };
         Ok(Arrival {
+            resume,
             token_expires_at_ms,
             name,
             share_user: admission.share_sub && admission.user.is_some(),
@@ -137,7 +149,7 @@ impl Connection {
                 tracing::Span::current()
                     .record("room", room.as_str())
                     .record("member", m.id().0);
-                debug!("joined");
+                debug!(resumed = m.resumed(), "joined");
                 self.membership = Some(m);
                 self.token = expires_at.map(|exp| Box::new(self.token_clock(exp)));
                 self.user = user;
