@@ -14,6 +14,8 @@
 //! - `edge`: everything before a WebSocket exists: the accept loop, HTTP/1.1,
 //!   routes, the upgrade, the handshake, Origin, the metrics token, the
 //!   embedded web files.
+//! - `api`: the server API's operations (list, kick, ban, mute, speak,
+//!   close), run on this node's members and, in a cluster, on every node's.
 //! - `session`: one WebSocket: the connection loop, close codes, the outbox
 //!   (the only code that touches a socket).
 //! - [`room`]: rooms and members, the sink seam, the tick, other nodes'
@@ -32,6 +34,7 @@
 //! `testkit`) what it may await, such as the cluster forming.
 
 mod access;
+mod api;
 pub mod clock;
 pub mod cluster;
 pub mod config;

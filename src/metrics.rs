@@ -51,6 +51,15 @@ pub struct LimitLabels {
     pub limit: String,
 }
 
+/// Labels of `amble_api_calls_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ApiLabels {
+    /// The operation, e.g. `kick` (`api::Op::label`), or `unknown`.
+    pub op: &'static str,
+    /// The HTTP status answered.
+    pub status: u16,
+}
+
 /// Labels of `amble_accept_errors_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
@@ -99,6 +108,12 @@ pub struct Metrics {
     pub host_refused: Counter,
     pub accept_errors: Family<ReasonLabels, Counter<u64, AtomicU64>>,
     pub metrics_refused: Family<RejectLabels, Counter<u64, AtomicU64>>,
+    /// Server API calls answered, by operation and status.
+    pub api_calls: Family<ApiLabels, Counter<u64, AtomicU64>>,
+    /// Bans or mutes not stored because the store was full.
+    pub api_sanctions_full: Counter,
+    /// Users under a ban or a mute on this node.
+    pub api_sanctioned: Gauge,
     pub auth_jwks_reload_failures: Counter,
     /// Fetches of --auth-jwks-url that failed, by reason.
     pub auth_jwks_fetch_failures: Family<AuthLabels, Counter<u64, AtomicU64>>,
@@ -183,6 +198,13 @@ impl Metrics {
     }
 
     /// Counts one refused request for `/metrics` under its reason.
+    /// Counts one server API call under its operation and status.
+    pub fn api_call(&self, op: &'static str, status: u16) {
+        self.api_calls
+            .get_or_create(&ApiLabels { op, status })
+            .inc();
+    }
+
     pub fn refuse_metrics(&self, reason: &str) {
         let labels = RejectLabels {
             reason: reason.to_owned(),
@@ -443,6 +465,21 @@ impl Metrics {
                 "accept_errors",
                 "Failed accepts, by reason (out_of_files: EMFILE/ENFILE, the server backs off)",
                 self.accept_errors.clone(),
+            );
+            r.register(
+                "api_calls",
+                "Server API calls answered, by operation (op) and HTTP status (401: no or wrong key, 429: over --api-calls-per-sec)",
+                self.api_calls.clone(),
+            );
+            r.register(
+                "api_sanctions_full",
+                "Bans or mutes not stored because 100,000 users were under one already",
+                self.api_sanctions_full.clone(),
+            );
+            r.register(
+                "api_sanctioned",
+                "Users under a ban or a mute on this node",
+                self.api_sanctioned.clone(),
             );
             r.register(
                 "metrics_refused",

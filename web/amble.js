@@ -36,6 +36,7 @@ export const VERSION = '0.1.0';
 export const REVISION_FEATURES = Object.freeze({
   2: Object.freeze(['Join.start (where to appear)', 'member data', 'the server version in Welcome']),
   3: Object.freeze(['token expiry notices and RefreshToken']),
+  4: Object.freeze(['resuming a held place after a drop', "the app's system messages"]),
 });
 
 /**

@@ -37,6 +37,10 @@ export declare const ErrorCode: Readonly<{
   REPLACED: 19;
   INVALID_DATA: 20;
   TOKEN_EXPIRED: 21;
+  KICKED: 22;
+  BANNED: 23;
+  MUTED: 24;
+  ROOM_CLOSED: 25;
 }>;
 /** A code the server may send (a newer server may send one this SDK does not name). */
 export type ErrorCodeValue = number;
@@ -51,6 +55,7 @@ export declare const LeaveReason: Readonly<{
   SHUTDOWN: 5;
   REPLACED: 6;
   SERVER_LOST: 7;
+  ROOM_CLOSED: 8;
 }>;
 export type LeaveReasonValue = number;
 
@@ -103,6 +108,8 @@ export interface Limits {
   /** SetData budget: dataBurst changes, refilled one per dataIntervalMs. */
   dataIntervalMs: number;
   dataBurst: number;
+  /** How long a dropped member's place is held for a resume, ms (0: never; before revision 4: 0). */
+  resumeGraceMs: number;
 }
 
 /** One entry of a member's data (`amble.v1.DataEntry`); members carry them sorted by key. */
@@ -137,6 +144,8 @@ export interface Join {
   token: string;
   /** Where to appear (cm), or null for the server's spawn rule. */
   start: Position | null;
+  /** An earlier Welcome's resumeToken, to get that held place back ('' for a fresh join). */
+  resumeToken: string;
   /** The member's data at the start (a token's `data` claim wins). */
   data: DataEntry[];
 }
@@ -196,6 +205,10 @@ export interface Welcome {
   protocolRevision: number;
   /** When the member's token expires, ms since the Unix epoch (0 without a token or keys, or before revision 3). */
   tokenExpiresAtMs: number;
+  /** Send as Join.resumeToken to get this place back after a drop ('' when places are not held). */
+  resumeToken: string;
+  /** This Welcome gave back a held place (revision 4). */
+  resumed: boolean;
 }
 export interface Joined {
   member: WireMember | null;
@@ -226,6 +239,18 @@ export interface TokenExpiring {
 export interface TokenRefreshed {
   expiresAtMs: number;
 }
+/** A message from the app (its backend), not from a member (revision 4). */
+export interface SystemMessage {
+  text: string;
+  serverTimeMs: number;
+  /** To this member's user alone, not to the whole room. */
+  direct: boolean;
+}
+/** A member's id changed (it resumed through another node): the same member (revision 4). */
+export interface Renumbered {
+  oldId: number;
+  newId: number;
+}
 export interface ServerError {
   code: ErrorCodeValue;
   message: string;
@@ -243,6 +268,8 @@ export interface ServerMessage {
   memberData?: MemberData;
   tokenExpiring?: TokenExpiring;
   tokenRefreshed?: TokenRefreshed;
+  system?: SystemMessage;
+  renumbered?: Renumbered;
   motion: number[];
 }
 

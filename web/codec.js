@@ -17,7 +17,7 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = '2bcadaaacd5950a6';
+export const SCHEMA_FNV1A64 = '2c46178c5758b073';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
@@ -27,11 +27,14 @@ export const SUBPROTOCOL = 'amble.v1';
  * "Compatibility"): 1 the original schema; 2 added Join.start, member data
  * and Welcome.serverVersion / Welcome.protocolRevision; 3 token expiry
  * and refresh (RefreshToken, TokenExpiring, TokenRefreshed,
- * Welcome.tokenExpiresAtMs, TOKEN_EXPIRED). The server sends
+ * Welcome.tokenExpiresAtMs, TOKEN_EXPIRED); 4 the app's side
+ * (SystemMessage, KICKED, BANNED, MUTED, ROOM_CLOSED, LeaveReason.ROOM_CLOSED)
+ * and held places (Join.resumeToken, Welcome.resumeToken, Welcome.resumed,
+ * Limits.resumeGraceMs, Renumbered). The server sends
  * its own in every Welcome; web/test/vectors.json records the server's,
  * and the codec test checks that the two agree.
  */
-export const PROTOCOL_REVISION = 3;
+export const PROTOCOL_REVISION = 4;
 
 /** Motion batch times are truncated to 7 bits (one varint byte). */
 export const MOTION_TIME_MODULUS = 128;
@@ -60,6 +63,10 @@ export const ErrorCode = Object.freeze({
   REPLACED: 19,
   INVALID_DATA: 20,
   TOKEN_EXPIRED: 21,
+  KICKED: 22,
+  BANNED: 23,
+  MUTED: 24,
+  ROOM_CLOSED: 25,
 });
 
 /** Why a member left (`amble.v1.LeaveReason`). */
@@ -72,6 +79,7 @@ export const LeaveReason = Object.freeze({
   SHUTDOWN: 5,
   REPLACED: 6,
   SERVER_LOST: 7,
+  ROOM_CLOSED: 8,
 });
 
 const U32_MAX = 0xffff_ffff;
@@ -109,6 +117,14 @@ function u64(value, field) {
     );
   }
   return value;
+}
+
+function bool(value, field) {
+  if (value === undefined || value === null) return 0;
+  if (typeof value !== 'boolean') {
+    throw new TypeError(`${field} must be a boolean, got ${describe(value)}`);
+  }
+  return value ? 1 : 0;
 }
 
 function str(value, field) {
@@ -371,6 +387,11 @@ function readU64(r, wt, name) {
   return r.uint64();
 }
 
+function readBool(r, wt, name) {
+  expect(wt, WIRE_VARINT, name);
+  return r.uint64() !== 0;
+}
+
 function readEnum(r, wt, name) {
   expect(wt, WIRE_VARINT, name);
   return r.int32();
@@ -455,17 +476,19 @@ function encodeJoin(w, join) {
   w.string(2, str(join.name, 'join.name'));
   w.string(3, str(join.token, 'join.token'));
   w.message(4, join.start, (ww, p) => encodePosition(ww, p, 'join.start'));
+  w.string(5, str(join.resumeToken, 'join.resumeToken'));
   encodeData(w, 6, join.data, 'join.data');
 }
 
 const decodeJoin = kind(
-  () => ({ data: [], name: '', room: '', start: null, token: '' }),
+  () => ({ data: [], name: '', resumeToken: '', room: '', start: null, token: '' }),
   (r, n, wt, join) => {
     switch (n) {
       case 1: join.room = readString(r, wt, 'Join.room'); return true;
       case 2: join.name = readString(r, wt, 'Join.name'); return true;
       case 3: join.token = readString(r, wt, 'Join.token'); return true;
       case 4: join.start = readMessage(r, wt, 'Join.start', join.start, decodePosition); return true;
+      case 5: join.resumeToken = readString(r, wt, 'Join.resumeToken'); return true;
       case 6: join.data.push(readDataEntry(r, wt, 'Join.data')); return true;
       default: return false;
     }
@@ -569,6 +592,7 @@ const LIMIT_FIELDS = [
   'maxDataValueChars',
   'dataIntervalMs',
   'dataBurst',
+  'resumeGraceMs',
 ];
 
 function encodeLimits(w, limits) {
@@ -639,12 +663,14 @@ function encodeWelcome(w, wel) {
   w.string(5, str(wel.serverVersion, 'welcome.serverVersion'));
   w.scalar(6, u32(wel.protocolRevision, 'welcome.protocolRevision'));
   w.scalar(7, u64(wel.tokenExpiresAtMs, 'welcome.tokenExpiresAtMs'));
+  w.string(8, str(wel.resumeToken, 'welcome.resumeToken'));
+  w.scalar(9, bool(wel.resumed, 'welcome.resumed'));
 }
 
 const decodeWelcome = kind(
   () => ({
     limits: null, memberId: 0, protocolRevision: 0, room: '', serverVersion: '', snapshot: null,
-    tokenExpiresAtMs: 0,
+    resumeToken: '', resumed: false, tokenExpiresAtMs: 0,
   }),
   (r, n, wt, wel) => {
     switch (n) {
@@ -655,6 +681,8 @@ const decodeWelcome = kind(
       case 5: wel.serverVersion = readString(r, wt, 'Welcome.serverVersion'); return true;
       case 6: wel.protocolRevision = readU32(r, wt, 'Welcome.protocolRevision'); return true;
       case 7: wel.tokenExpiresAtMs = readU64(r, wt, 'Welcome.tokenExpiresAtMs'); return true;
+      case 8: wel.resumeToken = readString(r, wt, 'Welcome.resumeToken'); return true;
+      case 9: wel.resumed = readBool(r, wt, 'Welcome.resumed'); return true;
       default: return false;
     }
   },
@@ -739,6 +767,40 @@ function decodeTokenExpiry(type) {
   );
 }
 
+function encodeSystemMessage(w, m) {
+  w.string(1, str(m.text, 'system.text'));
+  w.scalar(2, u64(m.serverTimeMs, 'system.serverTimeMs'));
+  w.scalar(3, bool(m.direct, 'system.direct'));
+}
+
+const decodeSystemMessage = kind(
+  () => ({ direct: false, serverTimeMs: 0, text: '' }),
+  (r, n, wt, m) => {
+    switch (n) {
+      case 1: m.text = readString(r, wt, 'SystemMessage.text'); return true;
+      case 2: m.serverTimeMs = readU64(r, wt, 'SystemMessage.serverTimeMs'); return true;
+      case 3: m.direct = readBool(r, wt, 'SystemMessage.direct'); return true;
+      default: return false;
+    }
+  },
+);
+
+function encodeRenumbered(w, m) {
+  w.scalar(1, u32(m.oldId, 'renumbered.oldId'));
+  w.scalar(2, u32(m.newId, 'renumbered.newId'));
+}
+
+const decodeRenumbered = kind(
+  () => ({ newId: 0, oldId: 0 }),
+  (r, n, wt, m) => {
+    switch (n) {
+      case 1: m.oldId = readU32(r, wt, 'Renumbered.oldId'); return true;
+      case 2: m.newId = readU32(r, wt, 'Renumbered.newId'); return true;
+      default: return false;
+    }
+  },
+);
+
 function encodePong(w, p) {
   w.scalar(1, u64(p.clientTimeMs, 'pong.clientTimeMs'));
   w.scalar(2, u64(p.serverTimeMs, 'pong.serverTimeMs'));
@@ -796,6 +858,8 @@ const SERVER_BODIES = [
   [9, 'memberData', encodeMemberData, decodeMemberData],
   [10, 'tokenExpiring', encodeTokenExpiry('tokenExpiring'), decodeTokenExpiry('TokenExpiring')],
   [11, 'tokenRefreshed', encodeTokenExpiry('tokenRefreshed'), decodeTokenExpiry('TokenRefreshed')],
+  [12, 'system', encodeSystemMessage, decodeSystemMessage],
+  [13, 'renumbered', encodeRenumbered, decodeRenumbered],
 ];
 
 /** A oneof's bodies by field number. */

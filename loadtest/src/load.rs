@@ -128,6 +128,7 @@ pub async fn server_limits(plan: &Plan, addr: SocketAddr) -> anyhow::Result<pb::
         room: format!("lt-{}-probe", plan.run_tag),
         name: format!("probe-{}", plan.run_tag),
         token: String::new(),
+        resume_token: String::new(),
     }));
     let limits = timeout(Duration::from_secs(5), async {
         ws.send(Message::Binary(join.into())).await?;

@@ -807,6 +807,7 @@ async fn bots_walk_in_a_named_room_beside_a_person() {
         room: "lobby".into(),
         name: "Ada".into(),
         token: String::new(),
+        resume_token: String::new(),
     }));
     ada.send(Message::Binary(join.into())).await.unwrap();
     assert!(matches!(

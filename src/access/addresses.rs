@@ -454,6 +454,12 @@ impl Addresses {
     /// proxy the forwarded address takes its own place under the cap (the
     /// socket's own peer was not counted); otherwise the socket's lease
     /// from accept already counts it.
+    /// Who sent a request from `peer` (for logs): the forwarded client
+    /// when `peer` is a trusted proxy, else the peer.
+    pub fn client_of(&self, peer: IpAddr, headers: &HeaderMap) -> ClientId {
+        resolve(peer, headers, &self.trusted, self.header).client
+    }
+
     pub fn admit_upgrade(
         self: &Arc<Self>,
         peer: IpAddr,

@@ -66,6 +66,14 @@ pub trait RoomSide: Send + Sync {
     fn drop_node(&self, node: &str, epoch: u64);
 }
 
+/// What the server API gives the cluster: a peer's call run on this
+/// node's members. The cluster holds it weakly, as it holds the rooms.
+pub trait ApiSide: Send + Sync {
+    /// Runs `call` here and answers (without the origin, which the cluster
+    /// adds).
+    fn answer(&self, call: cpb::ApiCall) -> futures_util::future::BoxFuture<'_, cpb::ApiAnswer>;
+}
+
 /// Members per room name.
 pub type RoomCounts = Vec<(String, u32)>;
 
@@ -143,6 +151,8 @@ pub struct Cluster {
     /// `/api/rooms` across the cluster, cached for a second.
     counts: tokio::sync::Mutex<Option<(Instant, RoomCounts)>>,
     rooms: OnceLock<Weak<dyn RoomSide>>,
+    /// The server API's side: runs peers' calls on this node's members.
+    api: OnceLock<Weak<dyn ApiSide>>,
     stop: CancellationToken,
 }
 
@@ -201,6 +211,46 @@ impl Cluster {
     /// Gives the cluster its rooms.
     pub fn attach(&self, rooms: Weak<dyn RoomSide>) {
         let _ = self.rooms.set(rooms);
+    }
+
+    /// Gives the cluster the server API's side.
+    pub fn attach_api(&self, api: Weak<dyn ApiSide>) {
+        let _ = self.api.set(api);
+    }
+
+    fn api_side(&self) -> Option<Arc<dyn ApiSide>> {
+        self.api.get().and_then(Weak::upgrade)
+    }
+
+    /// Asks every live peer to run a server API `call` on its members, and
+    /// gathers their answers until each has answered or `timeout` passes
+    /// (a peer that does not answer in time is left out).
+    pub async fn api_gather(&self, call: cpb::ApiCall, timeout: Duration) -> Vec<cpb::ApiAnswer> {
+        let deadline = Instant::now() + timeout;
+        let mut answers = Vec::new();
+        let mut counted: HashSet<(Arc<str>, u64)> = HashSet::new();
+        link::gather(
+            self,
+            self.subjects.api(),
+            wire::encode_api_call(&self.me_pb, call),
+            deadline,
+            |bytes| {
+                match wire::decode_api_answer(&bytes, self.me.slots) {
+                    Ok((from, answer)) => {
+                        if self.observe(&from)
+                            && counted.insert((Arc::clone(&from.node), from.epoch))
+                        {
+                            answers.push(answer);
+                            return Some(from);
+                        }
+                    }
+                    Err(err) => self.bad(&err.to_string()),
+                }
+                None
+            },
+        )
+        .await;
+        answers
     }
 
     fn room_side(&self) -> Option<Arc<dyn RoomSide>> {
@@ -463,6 +513,7 @@ impl Cluster {
             subs: Mutex::new(HashMap::new()),
             counts: tokio::sync::Mutex::new(None),
             rooms: OnceLock::new(),
+            api: OnceLock::new(),
             stop: CancellationToken::new(),
             settings,
         });

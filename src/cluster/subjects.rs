@@ -14,6 +14,7 @@
 //! | `P.v2.n.<node>` | `SyncRequest` to that node |
 //! | `P.v2.hb.all` | `Heartbeat` |
 //! | `P.v2.q.rooms` | `RoomCounts` (request/reply) |
+//! | `P.v2.q.api` | `ApiCall`, answered by `ApiAnswer` (the server API) |
 //! | `P.v2.q.nodes` | `Heartbeat{claiming}`: the slot claim at start-up (request/reply) |
 
 use async_nats::Subject;
@@ -72,6 +73,11 @@ impl Subjects {
         self.make("q", "rooms")
     }
 
+    /// The server API's calls (every node runs each on its members).
+    pub fn api(&self) -> Subject {
+        self.make("q", "api")
+    }
+
     /// The slot claims of starting nodes: every live node answers with its
     /// name, epoch and slot.
     pub fn nodes(&self) -> Subject {
@@ -104,8 +110,14 @@ mod tests {
         let names = [
             "hb", "all", "r", "s", "n", "q", "rooms", "v2", "lobby", "a.b",
         ];
-        let mut published = vec![s.heartbeats(), s.counts(), s.nodes()];
-        let mut subscribed = vec![s.heartbeats(), s.counts(), s.nodes(), s.snapshots()];
+        let mut published = vec![s.heartbeats(), s.counts(), s.nodes(), s.api()];
+        let mut subscribed = vec![
+            s.heartbeats(),
+            s.counts(),
+            s.nodes(),
+            s.snapshots(),
+            s.api(),
+        ];
         for name in names {
             published.extend([s.room(name), s.snapshot(name)]);
             subscribed.push(s.room(name));

@@ -322,6 +322,8 @@ fn wrong_type(expected: &'static str, got: &Body) -> WireError {
         Body::SnapshotRequest(_) => "SnapshotRequest",
         Body::SyncRequest(_) => "SyncRequest",
         Body::RoomCounts(_) => "RoomCounts",
+        Body::ApiCall(_) => "ApiCall",
+        Body::ApiAnswer(_) => "ApiAnswer",
     };
     WireError::WrongType { expected, got }
 }
@@ -466,6 +468,45 @@ pub fn decode_room_counts(
         rooms.push((name, r.members));
     }
     Ok((from, rooms))
+}
+
+/// The most members or sanctions one `ApiAnswer` may carry.
+pub const MAX_API_ITEMS: usize = 100_000;
+
+/// Decodes an `ApiCall`: the asking node and the call (whose fields the
+/// server API checks as it runs it).
+pub fn decode_api_call(bytes: &[u8], slots: u32) -> Result<(Origin, cpb::ApiCall), WireError> {
+    let msg = match open(bytes, "ApiCall")? {
+        Body::ApiCall(msg) => msg,
+        other => return Err(wrong_type("ApiCall", &other)),
+    };
+    let from = origin(msg.from.clone(), slots)?;
+    Ok((from, msg))
+}
+
+/// Decodes an `ApiAnswer`: the answering node and its answer, bounded.
+pub fn decode_api_answer(bytes: &[u8], slots: u32) -> Result<(Origin, cpb::ApiAnswer), WireError> {
+    let msg = match open(bytes, "ApiAnswer")? {
+        Body::ApiAnswer(msg) => msg,
+        other => return Err(wrong_type("ApiAnswer", &other)),
+    };
+    let from = origin(msg.origin.clone(), slots)?;
+    if msg.members.len() > MAX_API_ITEMS || msg.sanctions.len() > MAX_API_ITEMS {
+        return Err(WireError::TooMany);
+    }
+    Ok((from, msg))
+}
+
+/// An `ApiCall` from `me`.
+pub fn encode_api_call(me: &cpb::Origin, mut call: cpb::ApiCall) -> Bytes {
+    call.from = Some(me.clone());
+    seal(Body::ApiCall(call))
+}
+
+/// An `ApiAnswer` from `me`.
+pub fn encode_api_answer(me: &cpb::Origin, mut answer: cpb::ApiAnswer) -> Bytes {
+    answer.origin = Some(me.clone());
+    seal(Body::ApiAnswer(answer))
 }
 
 // ------------------------------------------------------------------ encode

@@ -21,6 +21,7 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 
 pub use crate::access::addresses::{AddressConfig, ForwardedHeader};
 pub use crate::access::auth::AuthConfig;
+pub use crate::api::ApiConfig;
 pub use crate::cluster::settings::ClusterConfig;
 use crate::protocol::{Rules, pb};
 pub use edge::{EdgeConfig, ListenAddr};
@@ -57,6 +58,10 @@ pub struct Config {
     // Cluster (NATS).
     #[command(flatten)]
     pub cluster: ClusterConfig,
+
+    // The server API for the app's backend.
+    #[command(flatten)]
+    pub api: ApiConfig,
 
     // The process: connection cap, shutdown, runtime, logging.
     /// Most open WebSocket connections; more are refused with 1013. Each
@@ -485,6 +490,8 @@ mod tests {
                 "auth-jwks-url",
                 "auth-jwks-refresh-secs",
                 "auth-expiry-notice-secs",
+                "api-key-file",
+                "api-calls-per-sec",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -3,7 +3,7 @@
 //! routes ([`routes`]), the upgrade ([`upgrade`]) and what is refused at the
 //! door: a `Host` this server does not answer for ([`host`]), a bad opening
 //! handshake ([`handshake`]), a foreign page ([`origin`]), a scraper without
-//! the token ([`metrics_token`]). [`web`]
+//! the token ([`bearer`]). [`web`]
 //! serves the browser client embedded from `web/`, readable from other
 //! origins ([`cors`]).
 //!
@@ -13,12 +13,13 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse as _, Response};
 
+mod api;
+pub mod bearer;
 mod cors;
 pub mod handshake;
 pub mod host;
 pub mod http;
 pub mod listener;
-pub mod metrics_token;
 pub mod origin;
 mod routes;
 mod upgrade;

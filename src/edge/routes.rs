@@ -25,6 +25,7 @@ pub fn router(shared: Arc<Shared>) -> Router {
         .route("/healthz", get(healthz))
         .route("/api/rooms", get(rooms).options(rooms_preflight))
         .route("/metrics", get(metrics))
+        .merge(super::api::router())
         .fallback(any(client))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&shared),
@@ -115,19 +116,16 @@ async fn client(
 }
 
 async fn room_list(shared: &Shared) -> axum::Json<RoomList> {
-    let rooms = match shared.cluster.get() {
-        Some(cluster) => cluster
-            .room_counts()
-            .await
-            .into_iter()
-            .map(|(name, members)| crate::room::RoomInfo {
-                name,
-                members: members as usize,
-                capacity: shared.config.room.room_capacity as usize,
-            })
-            .collect(),
-        None => shared.rooms.list(),
-    };
+    let rooms = shared
+        .room_counts()
+        .await
+        .into_iter()
+        .map(|(name, members)| crate::room::RoomInfo {
+            name,
+            members: members as usize,
+            capacity: shared.config.room.room_capacity as usize,
+        })
+        .collect();
     axum::Json(RoomList { rooms })
 }
 

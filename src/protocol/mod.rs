@@ -30,9 +30,12 @@ pub const SUBPROTOCOL: &str = "amble.v1";
 /// original schema; 2 added `Join.start`, member data and the server's
 /// version in `Welcome`; 3 added token expiry and refresh (`RefreshToken`,
 /// `TokenExpiring`, `TokenRefreshed`, `Welcome.token_expires_at_ms`,
-/// `TOKEN_EXPIRED`). `web/codec.js` has the SDK's, checked against this
+/// `TOKEN_EXPIRED`); 4 added the app's side (`SystemMessage`, `KICKED`,
+/// `BANNED`, `MUTED`, `ROOM_CLOSED`, `LeaveReason::RoomClosed`) and held
+/// places (`Join.resume_token`, `Welcome.resume_token`, `Welcome.resumed`,
+/// `Limits.resume_grace_ms`, `Renumbered`). `web/codec.js` has the SDK's, checked against this
 /// one through web/test/vectors.json.
-pub const PROTOCOL_REVISION: u32 = 3;
+pub const PROTOCOL_REVISION: u32 = 4;
 
 /// The server's release, sent in every `Welcome` as `server_version`.
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -73,6 +76,29 @@ impl Motion {
         Self {
             position,
             walk: None,
+        }
+    }
+
+    /// Where the member is `elapsed_ms` after this motion began: along its
+    /// walk at its speed, stopped at the target (as browsers draw it).
+    pub fn at(&self, elapsed_ms: u64) -> Position {
+        let Some(walk) = self.walk else {
+            return self.position;
+        };
+        let (dx, dy) = (
+            f64::from(walk.target.x) - f64::from(self.position.x),
+            f64::from(walk.target.y) - f64::from(self.position.y),
+        );
+        let length = dx.hypot(dy);
+        let walked = f64::from(walk.speed) * elapsed_ms as f64 / 1000.0;
+        if length == 0.0 || walked >= length {
+            return walk.target;
+        }
+        let f = walked / length;
+        // Between two u32 points, so the rounded result fits.
+        Position {
+            x: (f64::from(self.position.x) + dx * f).round() as u32,
+            y: (f64::from(self.position.y) + dy * f).round() as u32,
         }
     }
 }

@@ -14,6 +14,7 @@ fn join(room: &str, name: &str) -> Vec<u8> {
         room: room.into(),
         name: name.into(),
         token: String::new(),
+        resume_token: String::new(),
     }))
 }
 
@@ -58,6 +59,7 @@ fn a_join_may_carry_a_start_within_the_world() {
             room: "lobby".into(),
             name: "Ada".into(),
             token: String::new(),
+            resume_token: String::new(),
         }))
     };
     assert_eq!(
@@ -84,6 +86,7 @@ fn a_join_with_a_token_may_leave_the_name_to_it() {
             room: "lobby".into(),
             name: name.into(),
             token: "a.b.c".into(),
+            resume_token: String::new(),
         }))
     };
     assert_eq!(
@@ -345,6 +348,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         max_data_value_chars: 200,
         data_interval_ms: 1_000,
         data_burst: 3,
+        resume_grace_ms: 0,
     };
     let batch = |records: &[MotionRecord]| {
         let frame = encode_motion(motion_time(1_764_600_000_300, 100), records);
@@ -359,6 +363,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 room: "lobby".into(),
                 name: "Ada Lovelace".into(),
                 token: String::new(),
+                resume_token: String::new(),
             }),
         ),
         client(
@@ -369,6 +374,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 room: "lobby".into(),
                 name: "Ada".into(),
                 token: String::new(),
+                resume_token: String::new(),
             }),
         ),
         client(
@@ -379,6 +385,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 room: "café-2".replace('é', "e"),
                 name: "Zoë 🌿".into(),
                 token: String::new(),
+                resume_token: String::new(),
             }),
         ),
         client(
@@ -391,6 +398,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 // The shape of a JWT; the codec carries it as an opaque string.
                 token: "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1LTEiLCJleHAiOjE3NjQ2MDM2MDB9.c2lnbmF0dXJl"
                     .into(),
+                resume_token: String::new(),
             }),
         ),
         client(
@@ -444,6 +452,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 room: "lobby".into(),
                 name: "Ada".into(),
                 token: String::new(),
+                resume_token: String::new(),
             }),
         ),
         client(
@@ -491,6 +500,8 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 server_version: "0.1.0".into(),
                 protocol_revision: 2,
                 token_expires_at_ms: 0,
+                resume_token: String::new(),
+                resumed: false,
             })),
         ),
         server(
@@ -503,6 +514,8 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 server_version: "0.1.0".into(),
                 protocol_revision: 3,
                 token_expires_at_ms: 1_764_600_600_000,
+                resume_token: String::new(),
+                resumed: false,
             })),
         ),
         client(
@@ -533,6 +546,92 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 code: ErrorCode::TokenExpired as i32,
                 message: "your token expired and was not refreshed: join again with a fresh one"
                     .into(),
+            })),
+        ),
+        client(
+            "join_resume",
+            C::Join(pb::Join {
+                start: None,
+                data: vec![],
+                room: "lobby".into(),
+                name: "Ada".into(),
+                token: String::new(),
+                resume_token: "q2Vx0bTf3kYc8mWnL5pA7g".into(),
+            }),
+        ),
+        server(
+            "welcome_resumed",
+            body(S::Welcome(pb::Welcome {
+                member_id: 4,
+                room: "lobby".into(),
+                limits: Some(pb::Limits {
+                    resume_grace_ms: 10_000,
+                    ..limits
+                }),
+                snapshot: Some(snapshot.clone()),
+                server_version: "0.1.0".into(),
+                protocol_revision: 4,
+                token_expires_at_ms: 0,
+                resume_token: "Zk3m9QpR2sT7vW1xY5aB0c".into(),
+                resumed: true,
+            })),
+        ),
+        server(
+            "renumbered",
+            body(S::Renumbered(pb::Renumbered {
+                old_id: 4,
+                new_id: 70_001,
+            })),
+        ),
+        server(
+            "system",
+            body(S::System(pb::SystemMessage {
+                text: "The doors close in 5 minutes.".into(),
+                server_time_ms: 1_764_600_000_500,
+                direct: false,
+            })),
+        ),
+        server(
+            "system_direct",
+            body(S::System(pb::SystemMessage {
+                text: "Your session is being recorded.".into(),
+                server_time_ms: 1_764_600_000_600,
+                direct: true,
+            })),
+        ),
+        server(
+            "error_kicked",
+            body(S::Error(pb::Error {
+                code: ErrorCode::Kicked as i32,
+                message: "removed by the app: spamming".into(),
+            })),
+        ),
+        server(
+            "error_banned",
+            body(S::Error(pb::Error {
+                code: ErrorCode::Banned as i32,
+                message: "banned for 3600 s: harassment".into(),
+            })),
+        ),
+        server(
+            "error_muted",
+            body(S::Error(pb::Error {
+                code: ErrorCode::Muted as i32,
+                message: "muted for 60 s: chat refused".into(),
+            })),
+        ),
+        server(
+            "error_room_closed",
+            body(S::Error(pb::Error {
+                code: ErrorCode::RoomClosed as i32,
+                message: "the app closed the room".into(),
+            })),
+        ),
+        server(
+            "left_room_closed",
+            body(S::Left(pb::Left {
+                member_id: 3,
+                reason: LeaveReason::RoomClosed as i32,
             })),
         ),
         server(
@@ -709,6 +808,7 @@ fn join_with(data: Vec<pb::DataEntry>) -> Vec<u8> {
         room: "lobby".into(),
         name: "Ada".into(),
         token: String::new(),
+        resume_token: String::new(),
     }))
 }
 
@@ -999,4 +1099,22 @@ fn decodes_a_refresh_token_as_sent_even_when_empty() {
             })
         );
     }
+}
+
+#[test]
+fn a_walk_is_where_its_speed_took_it_and_stops_at_its_target() {
+    let m = Motion {
+        position: Position { x: 100, y: 100 },
+        walk: Some(Walk {
+            target: Position { x: 400, y: 500 },
+            speed: 100,
+        }),
+    };
+    assert_eq!(m.at(0), Position { x: 100, y: 100 });
+    // 500 cm long: after 2.5 s, 250 cm along (3/5 in x, 4/5 in y).
+    assert_eq!(m.at(2_500), Position { x: 250, y: 300 });
+    assert_eq!(m.at(5_000), Position { x: 400, y: 500 });
+    assert_eq!(m.at(60_000), Position { x: 400, y: 500 });
+    let standing = Motion::standing(Position { x: 7, y: 9 });
+    assert_eq!(standing.at(10_000), Position { x: 7, y: 9 });
 }

@@ -6,8 +6,8 @@
 //! it where it stood), its sink goes, and one timer task per held place
 //! ends it after the grace with the `Left` it would have had at once. A
 //! Join whose resume token names the place takes it back under the room
-//! lock ([`Rooms::resume_locked`]): same id, same seat, the next lease, a
-//! fresh `Welcome`; nothing is published, locally or to other nodes. A
+//! lock ([`Rooms::resume_locked`]): same id, the same seat to other nodes
+//! with the next lease (`next_lease`), a fresh `Welcome`; nothing is published, locally or to other nodes. A
 //! connection still open on the place (its client gave up on it first) is
 //! told through its sink ([`Sink::superseded`]) and closes quietly.
 
@@ -17,7 +17,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::protocol::{Data, LeaveReason, MemberId};
 use crate::room::resume::{Refusal, ResumeToken};
 use crate::room::sink::Sink;
-use crate::room::{Membership, Room, Rooms, State, fan_out};
+use crate::room::{Membership, Room, Rooms, State, fan_out, next_lease};
 
 /// A Join taking back a held place (or a place whose connection is still
 /// open): what it brings.
@@ -85,12 +85,10 @@ impl Rooms {
         if let Some((_, Some(_))) = st.places.claim(&token) {
             self.unheld();
         }
-        let (seat, lease) = match st.members.get_mut(&id) {
+        let seat = match st.members.get_mut(&id) {
             Some(member) => {
-                member.lease = member.lease.wrapping_add(1);
-                // A move the old connection sent is its; the new one starts
-                // from where the member stands.
-                (member.seat, member.lease)
+                member.seat = next_lease(member.seat);
+                member.seat
             }
             // Cannot happen: `resumable` found it under this same lock,
             // held since.
@@ -118,15 +116,14 @@ impl Rooms {
             room: Arc::clone(handle),
             id,
             seat,
-            lease,
             claimed,
             left: false,
             resumed: true,
         }
     }
 
-    /// Holds member `id`'s place (the connection with `seat` and `lease`
-    /// ended without a Leave) for the grace, or removes it at once with
+    /// Holds member `id`'s place (the connection in `seat` ended without a
+    /// Leave) for the grace, or removes it at once with
     /// `reason` when places are not held, the member has no token, the
     /// server is shutting down, or the node holds its cap of places.
     fn hold_or_remove(
@@ -134,7 +131,6 @@ impl Rooms {
         room: &Arc<Room>,
         id: MemberId,
         seat: u64,
-        lease: u32,
         reason: LeaveReason,
     ) {
         let grace = self.settings.resume_grace;
@@ -142,7 +138,7 @@ impl Rooms {
             let mut st = room.state();
             match st.members.get_mut(&id) {
                 // Not ours any more: nothing to hold or remove.
-                Some(m) if m.seat != seat || m.lease != lease => return,
+                Some(m) if m.seat != seat => return,
                 None => return,
                 Some(m) => m.pending = None,
             }
@@ -162,7 +158,7 @@ impl Rooms {
             }
         };
         if !held {
-            self.remove(room, id, seat, Some(lease), reason);
+            self.remove(room, id, seat, reason);
             return;
         }
         // From now, not from when the task first runs.
@@ -212,9 +208,9 @@ impl Rooms {
         self.expire_if(room, id, seat, |places| places.held(id));
     }
 
-    /// Removes `id` (in `seat`) if `due` finds its place held and over.
-    /// The lease read here makes the removal miss a resume that comes
-    /// between the two locks.
+    /// Removes `id` (in `seat`) if `due` finds its place held and over. A
+    /// resume between the two locks moved the seat to its next lease, so
+    /// the removal misses it.
     fn expire_if(
         &self,
         room: &Arc<Room>,
@@ -222,19 +218,18 @@ impl Rooms {
         seat: u64,
         due: impl FnOnce(&crate::room::resume::Places) -> Option<crate::room::resume::Held>,
     ) {
-        let (lease, reason) = {
+        let reason = {
             let st = room.state();
-            let lease = match st.members.get(&id) {
-                Some(m) if m.seat == seat => m.lease,
-                _ => return,
-            };
+            if st.members.get(&id).is_none_or(|m| m.seat != seat) {
+                return;
+            }
             match due(&st.places) {
-                Some(held) => (lease, held.reason),
+                Some(held) => held.reason,
                 None => return,
             }
         };
         self.metrics.resume_expired.inc();
-        self.remove(room, id, seat, Some(lease), reason);
+        self.remove(room, id, seat, reason);
     }
 }
 
@@ -251,7 +246,7 @@ impl Membership {
         self.left = true;
         fan_out(|| {
             self.rooms
-                .hold_or_remove(&self.room, self.id, self.seat, self.lease, reason)
+                .hold_or_remove(&self.room, self.id, self.seat, reason)
         })
         .await;
     }

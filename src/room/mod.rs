@@ -17,7 +17,8 @@
 //! A member may belong to an app's user (a token's `sub`): a room holds at
 //! most one member per user, and a second join of the same user replaces
 //! the first, whose connection is told through its sink
-//! ([`Sink::replaced`]).
+//! ([`Sink::removed`]). The app's backend can also take members out, list
+//! them and speak to them (`admin`).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -34,7 +35,7 @@ use crate::protocol::{
     encode_motion, encode_server, motion_time, pb,
 };
 use crate::room::resume::{Places, ResumeToken};
-use crate::room::sink::{Frame, Sink};
+use crate::room::sink::{Frame, Removal, Sink};
 
 /// How rooms behave; taken from the server config.
 #[derive(Clone, Debug)]
@@ -150,12 +151,11 @@ struct State {
 }
 
 struct Member {
-    /// Unique for the server's lifetime; see [`Rooms::seats`].
+    /// Unique for the server's lifetime (see [`Rooms::seats`]) in its low
+    /// 48 bits, which other nodes know ([`wire_seat`]); the high 16 bits
+    /// count the resumes of the place ([`next_lease`]), so the connection
+    /// a resume took it from can act on nothing.
     seat: u64,
-    /// Which connection has the place: each resume takes the next, so the
-    /// connection it was taken from can act on nothing (its `Membership`
-    /// holds the older lease). The seat stays, as other nodes know it.
-    lease: u32,
     /// The app's user (a token's `sub`), if the server knows users. For
     /// another node's member: the user it shows (`share_user` is then set).
     user: Option<Arc<str>>,
@@ -173,6 +173,9 @@ struct Member {
     pending: Option<Motion>,
     /// The node this member is connected to; `None`: this one.
     origin: Option<Arc<str>>,
+    /// When it joined, ms since the Unix epoch (for the server API); for
+    /// another node's member, when this node learnt of it.
+    joined_at_ms: u64,
 }
 
 /// Who joins: a display name, the app's user (a token's `sub`) if known,
@@ -266,6 +269,21 @@ impl State {
     }
 }
 
+/// Bits of a member's seat below its lease: its seat as other nodes know it.
+const LEASE_SHIFT: u32 = 48;
+
+/// A member's seat as other nodes know it: without its lease (the count
+/// of its resumes, which only this node's connections need to tell apart).
+fn wire_seat(seat: u64) -> u64 {
+    seat & ((1 << LEASE_SHIFT) - 1)
+}
+
+/// `seat` with the next lease: the same seat to other nodes, another to
+/// this node's connections (wraps after 65,536 resumes of one place).
+fn next_lease(seat: u64) -> u64 {
+    seat.wrapping_add(1 << LEASE_SHIFT)
+}
+
 /// Where member `id` appears: on a golden-angle spiral around the spawn
 /// centre, so new arrivals do not stand on top of each other.
 fn spawn_point(settings: &RoomSettings, id: MemberId) -> Position {
@@ -337,7 +355,7 @@ impl Rooms {
     /// `user` (a token's `sub`). If the user is in the room already, that
     /// member leaves first (the others get `Left` with reason REPLACED,
     /// then `Joined`), and its sink is told it was
-    /// [`replaced`](Sink::replaced), so its connection closes.
+    /// [`removed`](Sink::removed), so its connection closes.
     pub async fn join_as(
         self: &Arc<Self>,
         room: &str,
@@ -479,7 +497,6 @@ impl Rooms {
         let seat = self.seats.fetch_add(1, Ordering::Relaxed);
         let member = Member {
             seat,
-            lease: 0,
             user,
             share_user,
             name: name.into_boxed_str(),
@@ -488,6 +505,7 @@ impl Rooms {
             moved_at_ms: now_ms,
             pending: None,
             origin: None,
+            joined_at_ms: now_ms,
         };
         let joined_pb = member_pb(id, &member);
         st.members.insert(id, member);
@@ -534,14 +552,13 @@ impl Rooms {
             self.metrics.auth_replaced.inc();
         }
         if let Some(old_sink) = replaced_sink {
-            old_sink.replaced();
+            old_sink.removed(Removal::Replaced);
         }
         Ok(Membership {
             rooms: Arc::clone(self),
             room: Arc::clone(handle),
             id,
             seat,
-            lease: 0,
             claimed,
             left: false,
             resumed: false,
@@ -572,25 +589,14 @@ impl Rooms {
         }))
     }
 
-    /// Removes member `id` (seat `seat`, lease `lease`; `None`: whichever
-    /// lease holds the place) from `room`; the others see `Left{reason}`.
-    fn remove(
-        &self,
-        room: &Arc<Room>,
-        id: MemberId,
-        seat: u64,
-        lease: Option<u32>,
-        reason: LeaveReason,
-    ) {
+    /// Removes member `id` (in `seat`) from `room`; the others see
+    /// `Left{reason}`.
+    fn remove(&self, room: &Arc<Room>, id: MemberId, seat: u64, reason: LeaveReason) {
         let (now_empty, linger) = {
             let mut st = room.state();
             // Gone already (replaced), the id is someone else's now, or a
             // resume took the place to another connection.
-            if st
-                .members
-                .get(&id)
-                .is_none_or(|m| m.seat != seat || lease.is_some_and(|l| l != m.lease))
-            {
+            if st.members.get(&id).is_none_or(|m| m.seat != seat) {
                 return;
             }
             if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
@@ -651,7 +657,7 @@ impl Rooms {
 
     /// Queues `motion` as `id`'s newest move; with a zero tick it is applied
     /// and sent at once.
-    fn submit(&self, room: &Room, id: MemberId, seat: u64, lease: u32, motion: Motion) {
+    fn submit(&self, room: &Room, id: MemberId, seat: u64, motion: Motion) {
         let mut st = room.state();
         let State {
             members,
@@ -659,10 +665,7 @@ impl Rooms {
             remote,
             ..
         } = &mut *st;
-        let Some(member) = members
-            .get_mut(&id)
-            .filter(|m| m.seat == seat && m.lease == lease)
-        else {
+        let Some(member) = members.get_mut(&id).filter(|m| m.seat == seat) else {
             return;
         };
         if self.settings.tick.is_zero() {
@@ -735,8 +738,6 @@ pub struct Membership {
     room: Arc<Room>,
     id: MemberId,
     seat: u64,
-    /// Which connection of this place this is (see `Member::lease`).
-    lease: u32,
     /// The entries the token's `data` claim set, which SetData cannot change.
     claimed: Data,
     left: bool,
@@ -756,11 +757,7 @@ impl Membership {
     /// Queues a move (already throttled) for the next tick; with a zero
     /// tick it is sent at once.
     pub async fn submit(&self, motion: Motion) {
-        fan_out(|| {
-            self.rooms
-                .submit(&self.room, self.id, self.seat, self.lease, motion)
-        })
-        .await;
+        fan_out(|| self.rooms.submit(&self.room, self.id, self.seat, motion)).await;
     }
 
     /// Relays a chat message to the room, sender included.
@@ -843,11 +840,7 @@ impl Membership {
     /// Leaves the room; the others get `Left` with `reason`.
     pub async fn leave(mut self, reason: LeaveReason) {
         self.left = true;
-        fan_out(|| {
-            self.rooms
-                .remove(&self.room, self.id, self.seat, Some(self.lease), reason)
-        })
-        .await;
+        fan_out(|| self.rooms.remove(&self.room, self.id, self.seat, reason)).await;
     }
 
     /// Whether this member is still in the room (not replaced, and its
@@ -857,24 +850,20 @@ impl Membership {
     }
 
     fn owns(&self, m: &Member) -> bool {
-        m.seat == self.seat && m.lease == self.lease
+        m.seat == self.seat
     }
 }
 
 impl Drop for Membership {
     fn drop(&mut self) {
         if !self.left {
-            self.rooms.remove(
-                &self.room,
-                self.id,
-                self.seat,
-                Some(self.lease),
-                LeaveReason::Disconnected,
-            );
+            self.rooms
+                .remove(&self.room, self.id, self.seat, LeaveReason::Disconnected);
         }
     }
 }
 
+pub mod admin;
 mod grid;
 mod hold;
 mod remote;

@@ -12,7 +12,11 @@
 //! forwards encoded frames, so it could neither give a joiner the members
 //! of other nodes nor remove a dead node's members.
 
+use std::sync::Arc;
+
 use bytes::Bytes;
+
+use crate::protocol::LeaveReason;
 
 /// One encoded `ServerMessage`; every receiver shares the same bytes.
 pub type Frame = Bytes;
@@ -27,14 +31,41 @@ pub trait Sink: Send + Sync + 'static {
     /// every room frame dropped before it.
     fn send_snapshot(&self, frame: Frame);
 
-    /// The member left its room because the same user joined it from a
-    /// newer connection: the room sends it nothing more, and its connection
-    /// should end (`REPLACED`). Never blocks.
-    fn replaced(&self) {}
+    /// The room took the member out without its asking (see [`Removal`]):
+    /// the room sends it nothing more, and its connection should tell it
+    /// why and end. Never blocks.
+    fn removed(&self, _removal: Removal) {}
 
     /// The member's place was taken back by a resume from a newer
     /// connection (its client gave this one up): the room sends it nothing
     /// more, and its connection should end quietly; the room saw nothing.
     /// Never blocks.
     fn superseded(&self) {}
+}
+
+/// Why the room took a member out: each ends its connection with its own
+/// `Error` code and close code.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Removal {
+    /// The same user joined the room from a newer connection (`REPLACED`).
+    Replaced,
+    /// The app removed the member through the server API (`KICKED`), for
+    /// this reason.
+    Kicked { reason: Arc<str> },
+    /// The app banned the member's user until `until_ms` (ms since the
+    /// Unix epoch) for this reason (`BANNED`).
+    Banned { until_ms: u64, reason: Arc<str> },
+    /// The app closed the room (`ROOM_CLOSED`).
+    RoomClosed,
+}
+
+impl Removal {
+    /// What the room sees: the `Left` reason sent to the other members.
+    pub fn leave_reason(&self) -> LeaveReason {
+        match self {
+            Self::Replaced => LeaveReason::Replaced,
+            Self::Kicked { .. } | Self::Banned { .. } => LeaveReason::Kicked,
+            Self::RoomClosed => LeaveReason::RoomClosed,
+        }
+    }
 }

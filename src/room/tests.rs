@@ -13,8 +13,8 @@ use tokio_util::sync::CancellationToken;
 struct Inbox {
     frames: Mutex<VecDeque<Frame>>,
     lagged: AtomicBool,
-    /// Told by the room that a newer connection replaced this member.
-    replaced: AtomicBool,
+    /// Told by the room that it took this member out, and why.
+    removed: Mutex<Option<Removal>>,
     /// Told by the room that a resume took this member's place.
     superseded: AtomicBool,
     capacity: usize,
@@ -26,7 +26,7 @@ impl Inbox {
         Arc::new(Self {
             frames: Mutex::new(VecDeque::new()),
             lagged: AtomicBool::new(false),
-            replaced: AtomicBool::new(false),
+            removed: Mutex::new(None),
             superseded: AtomicBool::new(false),
             capacity,
             arrived: Notify::new(),
@@ -35,6 +35,10 @@ impl Inbox {
 
     fn frames(&self) -> MutexGuard<'_, VecDeque<Frame>> {
         self.frames.lock().expect("inbox lock")
+    }
+
+    fn removed(&self) -> Option<Removal> {
+        self.removed.lock().expect("inbox lock").clone()
     }
 
     fn is_empty(&self) -> bool {
@@ -64,8 +68,8 @@ impl Sink for Inbox {
         self.push(frame);
     }
 
-    fn replaced(&self) {
-        self.replaced.store(true, Ordering::Relaxed);
+    fn removed(&self, removal: Removal) {
+        *self.removed.lock().expect("inbox lock") = Some(removal);
     }
 
     fn superseded(&self) {
@@ -203,7 +207,7 @@ async fn join_user(rooms: &Arc<Rooms>, room: &str, user: &str) -> (Membership, A
 }
 
 fn was_replaced(inbox: &Inbox) -> bool {
-    inbox.replaced.load(Ordering::Relaxed)
+    inbox.removed() == Some(Removal::Replaced)
 }
 
 #[tokio::test]

@@ -17,9 +17,9 @@ use tracing::{info, warn};
 use crate::access::auth::{self, Gate};
 use crate::cluster;
 use crate::config::Config;
+use crate::edge::bearer::{BearerToken, TokenFileError};
 use crate::edge::http::Http;
 use crate::edge::listener::accept_loop;
-use crate::edge::metrics_token::{MetricsToken, TokenFileError};
 use crate::metrics::Metrics;
 
 use capacity::{Capacity, RESERVED_FILES};
@@ -33,7 +33,7 @@ pub enum StartError {
     Auth(#[from] auth::SetupError),
     /// `--metrics-token-file` cannot be used.
     #[error(transparent)]
-    MetricsToken(#[from] TokenFileError),
+    BearerToken(#[from] TokenFileError),
     /// The listener's own address cannot be read.
     #[error("cannot read the listening address: {0}")]
     Listener(std::io::Error),
@@ -110,13 +110,20 @@ pub async fn serve_started(
         ),
     }
     let metrics_token = match &config.edge.metrics_token_file {
-        Some(path) => Some(MetricsToken::read(path)?),
+        Some(path) => Some(BearerToken::read(path, "--metrics-token-file")?),
         None => {
             info!(
                 "/metrics is open to anyone who can reach this server: --metrics-token-file guards it"
             );
             None
         }
+    };
+    let api_key = match &config.api.api_key_file {
+        Some(path) => {
+            info!("the server API is on: /api/v1 answers callers with the key");
+            Some(BearerToken::read(path, "--api-key-file")?)
+        }
+        None => None,
     };
     let open_files = capacity::open_files_limit();
     let capacity = Capacity::fit(
@@ -150,6 +157,7 @@ pub async fn serve_started(
         metrics,
         gate,
         metrics_token,
+        api_key,
         capacity,
         open_files,
     );
@@ -163,6 +171,10 @@ pub async fn serve_started(
         )
         .await?;
         shared.rooms.attach_cluster(Arc::clone(&cluster));
+        shared.api.set_node(Arc::clone(&cluster.me().node));
+        let api: Arc<dyn cluster::ApiSide> = Arc::clone(&shared.api) as _;
+        cluster.attach_api(Arc::downgrade(&api));
+        tokio::spawn(learn_sanctions(Arc::clone(&shared), cluster.peers()));
         let _ = shared.cluster.set(cluster);
     }
     let config = Arc::clone(&shared.config);
@@ -214,4 +226,25 @@ pub async fn serve_started(
     let _ = cutter.await;
     info!("stopped");
     Ok(())
+}
+
+/// A node that starts in a cluster learns the bans and mutes in force from
+/// its peers (once the first is seen, or after 5 s alone), so a ban
+/// outlives the restart of any one node.
+async fn learn_sanctions(
+    shared: Arc<shared::Shared>,
+    mut peers: tokio::sync::watch::Receiver<usize>,
+) {
+    let _ = tokio::time::timeout(Duration::from_secs(5), peers.wait_for(|n| *n > 0)).await;
+    let answer = shared.api_run(crate::api::Op::Sanctions).await;
+    let learnt = answer.sanctions.len();
+    let dropped = shared
+        .sanctions
+        .merge(answer.sanctions, shared.clock.now_ms());
+    if learnt > 0 {
+        info!(
+            learnt,
+            dropped, "learnt the bans and mutes in force from the cluster"
+        );
+    }
 }

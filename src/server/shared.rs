@@ -13,10 +13,13 @@ use tokio_util::task::TaskTracker;
 
 use crate::access::addresses::Addresses;
 use crate::access::auth::Gate;
+use crate::access::sanctions::Sanctions;
+use crate::access::throttle::Gcra;
+use crate::api::Api;
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::edge::bearer::BearerToken;
 use crate::edge::host::AllowedHosts;
-use crate::edge::metrics_token::MetricsToken;
 use crate::metrics::Metrics;
 use crate::protocol::{Position, Rules};
 use crate::room::{RoomSettings, Rooms};
@@ -42,12 +45,20 @@ pub struct Shared {
     /// track upgraded connections).
     pub sockets: TaskTracker,
     /// The bearer token `/metrics` requires, if one is configured.
-    pub metrics_token: Option<MetricsToken>,
+    pub metrics_token: Option<BearerToken>,
     /// Which `Host` a request may name (`--allowed-hosts`, or the default
     /// for the address the server listens on).
     pub hosts: AllowedHosts,
     /// This node's cluster membership (`--nats`), set once at start.
     pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// The app's bans and mutes (server API), checked at Join and chat.
+    pub sanctions: Arc<Sanctions>,
+    /// The server API's operations on this node's members.
+    pub api: Arc<Api>,
+    /// The server API's key (`--api-key-file`); without one it answers 404.
+    pub api_key: Option<BearerToken>,
+    /// The server API's budget, all callers together.
+    pub api_budget: std::sync::Mutex<Gcra>,
 }
 
 /// The shared state of a server, with no listener: [`serve`](super::serve)
@@ -59,7 +70,8 @@ pub(crate) fn state(
     config: Config,
     metrics: Arc<Metrics>,
     gate: Gate,
-    metrics_token: Option<MetricsToken>,
+    metrics_token: Option<BearerToken>,
+    api_key: Option<BearerToken>,
     capacity: Capacity,
     open_files: Option<u64>,
 ) -> Arc<Shared> {
@@ -91,7 +103,24 @@ pub(crate) fn state(
         clock,
         Arc::clone(&metrics),
     );
+    let sanctions = Arc::new(Sanctions::default());
+    let api = Arc::new(Api::new(
+        Arc::clone(&rooms),
+        Arc::clone(&sanctions),
+        clock,
+        Arc::clone(&metrics),
+        config.rules(),
+    ));
+    let calls = config.api.api_calls_per_sec;
+    let api_budget = std::sync::Mutex::new(Gcra::new(
+        std::time::Duration::from_secs(1) / calls.max(1),
+        calls.saturating_mul(2),
+    ));
     Arc::new(Shared {
+        sanctions,
+        api,
+        api_key,
+        api_budget,
         rules: config.rules(),
         gate,
         clock,
@@ -106,4 +135,40 @@ pub(crate) fn state(
         cluster: std::sync::OnceLock::new(),
         config,
     })
+}
+
+impl Shared {
+    /// Members per room: this node's, or in cluster mode every node's
+    /// (gathered over NATS, cached for a second).
+    pub async fn room_counts(&self) -> Vec<(String, u32)> {
+        match self.cluster.get() {
+            Some(cluster) => cluster.room_counts().await,
+            None => self
+                .rooms
+                .list()
+                .into_iter()
+                .map(|r| (r.name, u32::try_from(r.members).unwrap_or(u32::MAX)))
+                .collect(),
+        }
+    }
+
+    /// Runs a server API operation on this node's members and, in cluster
+    /// mode, on every live peer's; the answers merged.
+    pub async fn api_run(&self, op: crate::api::Op) -> crate::api::Answer {
+        let mut answer = self.api.local(&op).await;
+        if let Some(cluster) = self.cluster.get() {
+            let call = crate::api::remote::call_of(&op);
+            for theirs in cluster.api_gather(call, crate::api::GATHER_TIMEOUT).await {
+                let node: Arc<str> = theirs
+                    .origin
+                    .as_ref()
+                    .map_or_else(|| "".into(), |o| o.node.as_str().into());
+                answer.merge(crate::api::remote::answer_of(theirs, &node, &self.rules));
+            }
+        }
+        self.metrics
+            .api_sanctioned
+            .set(i64::try_from(self.sanctions.len(self.clock.now_ms())).unwrap_or(i64::MAX));
+        answer
+    }
 }

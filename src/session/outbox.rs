@@ -25,7 +25,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Instant;
 
 use crate::metrics::Metrics;
-use crate::room::sink::{Frame, Sink};
+use crate::room::sink::{Frame, Removal, Sink};
 
 /// Frames up to this size are written with one plain `send` of a copy;
 /// larger ones as two slices, header and shared payload.
@@ -63,8 +63,9 @@ struct State<S> {
     overflowed: bool,
     /// A Close frame has been written: no room frame may follow it.
     sealed: bool,
-    /// The room replaced this member with a newer connection of its user.
-    replaced: bool,
+    /// The room took this member out (a newer connection of its user, the
+    /// server API).
+    removed: Option<Removal>,
     /// A resume from a newer connection took this member's place.
     superseded: bool,
     /// When the current backlog began (`None` while the queue is empty),
@@ -90,8 +91,9 @@ pub enum Event {
     Overflowed,
     /// A write failed: the peer is gone.
     Failed,
-    /// A newer connection of the same user took this member's place.
-    Replaced,
+    /// The room took the member out: a newer connection of the same user
+    /// took its place, or the app removed it.
+    Removed(Removal),
     /// A resume (the same client, from a newer connection) took this
     /// member's place.
     Superseded,
@@ -110,7 +112,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
                 snapshot_end: 0,
                 lagged: false,
                 failed: false,
-                replaced: false,
+                removed: None,
                 superseded: false,
                 overflowed: false,
                 sealed: false,
@@ -213,8 +215,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
         if st.overflowed {
             return Poll::Ready(Event::Overflowed);
         }
-        if st.replaced {
-            return Poll::Ready(Event::Replaced);
+        if let Some(removal) = &st.removed {
+            return Poll::Ready(Event::Removed(removal.clone()));
         }
         if st.superseded {
             return Poll::Ready(Event::Superseded);
@@ -265,9 +267,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Sink for Outbox<S> {
         self.push(&frame, true);
     }
 
-    fn replaced(&self) {
+    fn removed(&self, removal: Removal) {
         let mut st = self.lock();
-        st.replaced = true;
+        st.removed = Some(removal);
         st.wake();
     }
 

@@ -77,6 +77,7 @@ async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
         room: room.into(),
         name: name.into(),
         token: token.into(),
+        resume_token: String::new(),
     }))
     .await;
 }
@@ -907,6 +908,7 @@ async fn a_tokens_start_claim_places_the_member() {
         room: "placed".into(),
         name: "Ada".into(),
         token: with_start(9_999, 1),
+        resume_token: String::new(),
     }))
     .await;
     let text = c.expect_error(ErrorCode::InvalidPosition).await;
@@ -917,6 +919,7 @@ async fn a_tokens_start_claim_places_the_member() {
         room: "placed".into(),
         name: "Ada".into(),
         token: with_start(1_234, 2_345),
+        resume_token: String::new(),
     }))
     .await;
     let welcome = c.welcome().await;

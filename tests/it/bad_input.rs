@@ -68,6 +68,7 @@ async fn garbage_and_truncated_frames_close_with_1007() {
             room: "lobby".into(),
             name: "x".into(),
             token: String::new(),
+            resume_token: String::new(),
         }));
         whole[..whole.len() - 3].to_vec()
     }] {
@@ -137,6 +138,7 @@ async fn commands_out_of_order() {
         room: "other".into(),
         name: "again".into(),
         token: String::new(),
+        resume_token: String::new(),
     }))
     .await;
     let text = c.expect_error(ErrorCode::AlreadyJoined).await;
@@ -206,6 +208,7 @@ async fn bad_names_rooms_and_chat() {
             room: r.into(),
             name: n.into(),
             token: String::new(),
+            resume_token: String::new(),
         }))
         .await;
         c.expect_error(code).await;
@@ -291,6 +294,7 @@ async fn a_full_room_refuses_and_the_socket_stays() {
         room: "lobby".into(),
         name: "third".into(),
         token: String::new(),
+        resume_token: String::new(),
     }))
     .await;
     let text = c.expect_error(ErrorCode::RoomFull).await;

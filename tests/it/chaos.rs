@@ -461,6 +461,7 @@ impl Chaos {
             room: ROOMS[room].into(),
             name: walker.name.into(),
             token: String::new(),
+            resume_token: String::new(),
         }))
         .await;
         let what = format!("{}'s Welcome in {}", walker.name, ROOMS[room]);

@@ -249,6 +249,7 @@ async fn a_fragmented_message_is_refused_at_the_first_fragment_past_the_limit() 
         room: "lobby".into(),
         name: "pieces".into(),
         token: String::new(),
+        resume_token: String::new(),
     }));
     let (head, tail) = join.split_at(3);
     let mut c = server.client().await;
@@ -368,6 +369,7 @@ async fn names_and_chat_are_normalised_and_blank_or_bidi_text_refused() {
             room: "lobby".into(),
             name: name.into(),
             token: String::new(),
+            resume_token: String::new(),
         }))
         .await;
         c.expect_error(ErrorCode::InvalidName).await;
@@ -432,6 +434,7 @@ async fn a_join_may_say_where_to_appear_within_the_world() {
             room: "placed".into(),
             name: "Ada".into(),
             token: String::new(),
+            resume_token: String::new(),
         })
     };
     let mut c = server.client().await;

@@ -210,6 +210,7 @@ impl Person {
                 room: room.into(),
                 name: self.name.clone(),
                 token: String::new(),
+                resume_token: String::new(),
             }))
             .await;
         let welcome = loop {
@@ -962,6 +963,7 @@ async fn a_start_position_is_seen_on_the_other_node() {
         room: "start".into(),
         name: "Ada".into(),
         token: String::new(),
+        resume_token: String::new(),
     }))
     .await;
     let id = ada.welcome().await.member_id;
@@ -1607,6 +1609,7 @@ async fn room_capacity_counts_members_on_every_node() {
             room: "small".into(),
             name: "Cy".into(),
             token: String::new(),
+            resume_token: String::new(),
         }))
         .await;
         let text = cy.expect_error(pb::ErrorCode::RoomFull).await;

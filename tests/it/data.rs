@@ -26,6 +26,7 @@ async fn send_join(c: &mut Client, room: &str, name: &str, token: &str, data: Ve
         room: room.into(),
         name: name.into(),
         token: token.into(),
+        resume_token: String::new(),
     }))
     .await;
 }

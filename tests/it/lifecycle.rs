@@ -262,6 +262,7 @@ async fn joining_too_often_is_rate_limited() {
         room: "lobby".into(),
         name: "again".into(),
         token: String::new(),
+        resume_token: String::new(),
     }))
     .await;
     let text = c.expect_error(pb::ErrorCode::RateLimited).await;

@@ -127,6 +127,7 @@ impl Client {
             room: room.into(),
             name: name.into(),
             token: String::new(),
+            resume_token: String::new(),
         }))
         .await;
         self.welcome().await

@@ -184,7 +184,7 @@ test('joining: connects with the subprotocol, sends Join, and the Welcome fills 
   assert.equal(ws.binaryType, 'arraybuffer');
   ws.open();
   assert.equal(client.state, State.JOINING);
-  assert.deepEqual(ws.sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, data: [] }]);
+  assert.deepEqual(ws.sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, resumeToken: '', data: [] }]);
   assert.equal(ws.sentOf('ping').length, 1, 'a first Ping for the clock');
   ws.receive(welcome(1, [wire(0, 'Ada', 100, 100), wire(1, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
@@ -510,7 +510,7 @@ test('reconnect: exponential backoff with injected jitter, rejoining the same ro
   assert.match(of('closed')[0][1].text, /Reconnecting in/);
   // The server is back: the client rejoins the same room with the same name.
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, resumeToken: '', data: [] }]);
   last().receive(welcome(4, [wire(0, 'Ada', 100, 100), wire(4, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
   const [, rejoin] = of('welcome')[1];
@@ -542,7 +542,7 @@ test('leave() keeps the socket; a new join works on it', () => {
   assert.equal(client.me, null);
   assert.equal(last().sentOf('leave').length, 1);
   client.join('cafe', 'Me');
-  assert.deepEqual(last().sentOf('join')[1], { room: 'cafe', name: 'Me', token: '', start: null, data: [] });
+  assert.deepEqual(last().sentOf('join')[1], { room: 'cafe', name: 'Me', token: '', start: null, resumeToken: '', data: [] });
 });
 
 test('a resync replaces the members; a member that is still there is eased, not snapped', () => {
@@ -632,11 +632,11 @@ test('token: a fixed token goes in every Join, the first and after a reconnect',
   const { client, last, time } = setup({ token: 'header.claims.sig' });
   client.join('lobby', 'Me');
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null, resumeToken: '', data: [] }]);
   last().drop(1006);
   time.advance(time.pending()[0]);
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'header.claims.sig', start: null, resumeToken: '', data: [] }]);
 });
 
 test('getToken: asked before every Join, again on each reconnect; a late answer for a dead socket is dropped', async () => {
@@ -654,7 +654,7 @@ test('getToken: asked before every Join, again on each reconnect; a late answer 
   assert.equal(client.state, State.JOINING);
   assert.deepEqual(last().sentOf('join'), [], 'nothing sent before the token comes');
   await settle();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-1', start: null, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-1', start: null, resumeToken: '', data: [] }]);
   last().receive(welcome(1, [wire(1, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
 
@@ -663,7 +663,7 @@ test('getToken: asked before every Join, again on each reconnect; a late answer 
   time.advance(time.pending()[0]);
   last().open();
   await settle();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-2', start: null, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: 'token-2', start: null, resumeToken: '', data: [] }]);
   assert.deepEqual(asked, [
     { room: 'lobby', name: 'Me' },
     { room: 'lobby', name: 'Me' },
@@ -856,7 +856,7 @@ test('with a token the name may be left to its name claim', () => {
   const { client, last } = setup({ token: 't' });
   client.join('lobby');
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: '', token: 't', start: null, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: '', token: 't', start: null, resumeToken: '', data: [] }]);
   const { client: open } = setup();
   assert.throws(() => open.join('lobby'), RangeError);
   assert.throws(() => setup({ token: 42 }), TypeError);
@@ -898,7 +898,7 @@ test('several urls: a dropped connection reconnects through the next one, in tur
   ]);
   // Node 3 answers: the page rejoins the same room where it was.
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: null, resumeToken: '', data: [] }]);
   last().receive(welcome(7, [wire(0, 'Ada', 100, 100), wire(7, 'Me', 2500, 2500)]));
   assert.equal(client.state, State.JOINED);
   assert.equal(of('welcome')[1][1].rejoined, true);
@@ -985,7 +985,7 @@ test('join may say where to appear; the start goes with every Join of that room,
   assert.throws(() => client.join('lobby', 'Me', { start: { x: Number.NaN, y: 3 } }), RangeError);
   client.join('lobby', 'Me', { start: { x: 120.4, y: 4999.6 } });
   last().open();
-  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: { x: 120, y: 5000 }, data: [] }]);
+  assert.deepEqual(last().sentOf('join'), [{ room: 'lobby', name: 'Me', token: '', start: { x: 120, y: 5000 }, resumeToken: '', data: [] }]);
   last().drop(1006);
   time.advance(60_000);
   last().open();

@@ -66,8 +66,8 @@ test('the vectors cover every message body', () => {
     'chat', 'join', 'leave', 'move', 'ping', 'refresh', 'setData',
   ]);
   assert.deepEqual([...bodies.ServerMessage].sort(), [
-    'chat', 'error', 'joined', 'left', 'memberData', 'motion', 'pong', 'resync',
-    'tokenExpiring', 'tokenRefreshed', 'welcome',
+    'chat', 'error', 'joined', 'left', 'memberData', 'motion', 'pong', 'renumbered', 'resync',
+    'system', 'tokenExpiring', 'tokenRefreshed', 'welcome',
   ]);
 });
 

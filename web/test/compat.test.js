@@ -8,30 +8,41 @@ import { AmbleClient, PROTOCOL_REVISION, State, VERSION, compatibility } from '.
 import { encodeServerMessage } from '../codec.js';
 
 test('a server at this revision or a newer one is fine', () => {
-  assert.equal(PROTOCOL_REVISION, 3);
-  assert.equal(compatibility(3, '0.1.0'), null);
-  assert.equal(compatibility(4, '9.0.0'), null);
+  assert.equal(PROTOCOL_REVISION, 4);
+  assert.equal(compatibility(4, '0.1.0'), null);
+  assert.equal(compatibility(5, '9.0.0'), null);
 });
 
-test('a server at revision 2 lacks only token refresh', () => {
-  assert.deepEqual(compatibility(2, '0.1.0').missing, ['token expiry notices and RefreshToken']);
-  assert.equal(compatibility(2, '0.1.0').sdkRevision, 3);
+test('a server at revision 3 lacks only held places and system messages', () => {
+  assert.deepEqual(compatibility(3, '0.1.0').missing, [
+    'resuming a held place after a drop', "the app's system messages",
+  ]);
+  assert.equal(compatibility(3, '0.1.0').sdkRevision, 4);
 });
 
-test('a server before revision 2 sends no revision: it reads as 1 and lacks what 2 and 3 added', () => {
+test('a server at revision 2 lacks token refresh too', () => {
+  assert.deepEqual(compatibility(2, '0.1.0').missing, [
+    'token expiry notices and RefreshToken', 'resuming a held place after a drop',
+    "the app's system messages",
+  ]);
+});
+
+test('a server before revision 2 sends no revision: it reads as 1 and lacks what 2, 3 and 4 added', () => {
   assert.deepEqual(compatibility(0, ''), {
     serverVersion: null,
     serverRevision: 1,
     sdkVersion: VERSION,
-    sdkRevision: 3,
+    sdkRevision: 4,
     missing: [
       'Join.start (where to appear)', 'member data', 'the server version in Welcome',
-      'token expiry notices and RefreshToken',
+      'token expiry notices and RefreshToken', 'resuming a held place after a drop',
+      "the app's system messages",
     ],
     text:
-      "this amble server (a release before 0.1.0) speaks protocol revision 1, older than this SDK's 3 " +
+      "this amble server (a release before 0.1.0) speaks protocol revision 1, older than this SDK's 4 " +
       `(amble SDK ${VERSION}): it may not support Join.start (where to appear), member data, ` +
-      'the server version in Welcome, token expiry notices and RefreshToken. The SDK works on without them.',
+      'the server version in Welcome, token expiry notices and RefreshToken, resuming a held place ' +
+      "after a drop, the app's system messages. The SDK works on without them.",
   });
   assert.equal(compatibility(1, '0.0.9').serverVersion, '0.0.9');
   assert.match(compatibility(1, '0.0.9').text, /^amble server 0\.0\.9 speaks protocol revision 1/);

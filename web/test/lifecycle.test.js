@@ -94,14 +94,14 @@ const wire = (id, name, x, y) => ({ id, name, position: { x, y }, walk: null, mo
 /** In room lobby as Me (member 1), with Ada (0), started at (100, 200) with a colour. */
 function joined(options) {
   const s = setup(options);
-  s.client.join('lobby', 'Me', { start: { x: 100, y: 200 }, data: { colour: 'teal' } });
+  s.client.join('lobby', 'Me', { start: { x: 100, y: 200 }, resumeToken: '', data: { colour: 'teal' } });
   s.last().open();
   s.last().receive(welcome(1, [wire(0, 'Ada', 10, 10), wire(1, 'Me', 100, 200)]));
   assert.equal(s.client.state, State.JOINED);
   return s;
 }
 
-const JOIN = { room: 'lobby', name: 'Me', token: '', start: { x: 100, y: 200 }, data: [{ key: 'colour', value: 'teal' }] };
+const JOIN = { room: 'lobby', name: 'Me', token: '', start: { x: 100, y: 200 }, resumeToken: '', data: [{ key: 'colour', value: 'teal' }] };
 
 test('pagehide for the back/forward cache: Leave, close 1000, no failure and no reconnect', () => {
   const { client, sockets, page, timers, of, last } = joined();

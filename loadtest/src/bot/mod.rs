@@ -175,6 +175,7 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
         room: plan.room_name(room),
         name: plan.bot_name(index),
         token: String::new(),
+        resume_token: String::new(),
     }));
     count_out(run, join.len());
     match timeout(SEND_TIMEOUT, ws.send(Message::Binary(join.into()))).await {

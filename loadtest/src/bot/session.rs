@@ -345,12 +345,16 @@ impl<'a> Session<'a> {
                 }
                 Some(Body::Error(error)) => server_error = Some(Some(error.code)),
                 // Bots join without a token: nothing of theirs expires.
+                // Bots do not resume, so no member of theirs is renumbered;
+                // a system message is not movement.
                 Some(
                     Body::Welcome(_)
                     | Body::Pong(_)
                     | Body::MemberData(_)
                     | Body::TokenExpiring(_)
-                    | Body::TokenRefreshed(_),
+                    | Body::TokenRefreshed(_)
+                    | Body::System(_)
+                    | Body::Renumbered(_),
                 )
                 | None => {}
             }

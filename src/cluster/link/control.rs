@@ -21,6 +21,7 @@ pub(super) enum Control {
     Snapshot,
     Sync,
     Counts,
+    Api,
 }
 
 /// Reads one of the control subjects every node subscribes to, for as long
@@ -33,6 +34,7 @@ pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
         Control::Snapshot => cluster.subjects().snapshots(),
         Control::Sync => cluster.subjects().node(&cluster.me.node),
         Control::Counts => cluster.subjects().counts(),
+        Control::Api => cluster.subjects().api(),
     };
     let Some(nats) = &cluster.nats else { return };
     let mut retry = RETRY_FIRST;
@@ -47,6 +49,7 @@ pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
                         Control::Snapshot => on_snapshot_request(&cluster, &msg).await,
                         Control::Sync => on_sync_request(&cluster, &msg.payload),
                         Control::Counts => on_counts_request(&cluster, &msg).await,
+                        Control::Api => on_api_call(&cluster, &msg).await,
                     }
                 }
                 warn!(%subject, "cluster: a control subscription ended; subscribing again");
@@ -165,6 +168,37 @@ async fn on_counts_request(cluster: &Cluster, msg: &async_nats::Message) {
     )
     .await;
 }
+
+/// Runs a peer's server API call on this node's members and answers. The
+/// asker waits [`API_ANSWER_TIMEOUT`] at most: no use answering later.
+async fn on_api_call(cluster: &Cluster, msg: &async_nats::Message) {
+    let Some(reply) = msg.reply.clone() else {
+        return;
+    };
+    let call = match wire::decode_api_call(&msg.payload, cluster.me.slots) {
+        Ok((from, call)) => {
+            if !observe(cluster, &from) {
+                return;
+            }
+            call
+        }
+        Err(err) => return bad(cluster, &err),
+    };
+    let Some(api) = cluster.api_side() else {
+        return;
+    };
+    let answer = api.answer(call).await;
+    send_within(
+        cluster,
+        API_ANSWER_TIMEOUT,
+        reply,
+        wire::encode_api_answer(&cluster.me_pb, answer),
+    )
+    .await;
+}
+
+/// The longest a server API answer waits to be sent.
+const API_ANSWER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Answers the slot claims of nodes starting later (`P.v2.q.nodes`, on
 /// the subscription the claim of this node opened) with this node's

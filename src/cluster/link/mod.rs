@@ -174,6 +174,7 @@ async fn launch(
         subs: Mutex::new(Default::default()),
         counts: tokio::sync::Mutex::new(None),
         rooms: OnceLock::new(),
+        api: OnceLock::new(),
         stop,
         settings,
     });
@@ -198,6 +199,7 @@ async fn launch(
         Control::Snapshot,
         Control::Sync,
         Control::Counts,
+        Control::Api,
     ] {
         link.spawn(until_stopped(stop(), control(Arc::clone(c), kind)));
     }

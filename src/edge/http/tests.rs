@@ -40,6 +40,7 @@ fn server() -> (Arc<Shared>, Arc<Http>) {
         Arc::new(crate::metrics::Metrics::default()),
         crate::access::auth::Gate::Open,
         None,
+        None,
         capacity,
         None,
     );

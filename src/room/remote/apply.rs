@@ -106,7 +106,6 @@ impl Apply<'_> {
             None => {
                 let member = Member {
                     seat: m.seat,
-                    lease: 0,
                     share_user: m.user.is_some(),
                     user: m.user,
                     name: m.name.into_boxed_str(),
@@ -115,6 +114,7 @@ impl Apply<'_> {
                     moved_at_ms: m.moved_at_ms,
                     pending: None,
                     origin: Some(Arc::clone(self.node)),
+                    joined_at_ms: self.now_ms,
                 };
                 self.frames.push(encode_server(Body::Joined(pb::Joined {
                     member: Some(member_pb(m.id, &member)),

@@ -732,7 +732,6 @@ fn ids_in_a_slot_are_lowest_free_first() {
     let mut members = BTreeMap::new();
     let m = || Member {
         seat: 0,
-        lease: 0,
         user: None,
         share_user: false,
         name: "".into(),
@@ -741,6 +740,7 @@ fn ids_in_a_slot_are_lowest_free_first() {
         moved_at_ms: 0,
         pending: None,
         origin: None,
+        joined_at_ms: 0,
     };
     assert_eq!(lowest_free_in_slot(&members, 3, 16), MemberId(3));
     members.insert(MemberId(3), m());

@@ -9,8 +9,10 @@ use tracing::debug;
 use super::{Connection, End, Refused};
 use crate::access::auth::data_claim;
 use crate::access::auth::refresh::expires_at_ms;
+use crate::access::sanctions::banned_text;
 use crate::access::throttle::Verdict;
-use crate::protocol::{Data, ErrorCode, Position, check_position, validate_name};
+use crate::protocol::{Data, ErrorCode, LeaveReason, Position, check_position, validate_name};
+use crate::room::sink::Removal;
 use crate::room::resume::ResumeToken;
 use crate::room::{Arrival, JoinError};
 
@@ -103,6 +105,20 @@ impl Connection {
         })
     }
 
+    /// The ban on `user` in force now, if any.
+    fn ban_of(&self, user: &str) -> Option<(u64, Arc<str>)> {
+        self.shared
+            .sanctions
+            .banned(user, self.shared.clock.now_ms())
+    }
+
+    /// A Join's refusal when its user is banned.
+    fn banned(&self, user: Option<&str>) -> Option<Refused> {
+        let (until_ms, reason) = self.ban_of(user?)?;
+        let left_ms = until_ms.saturating_sub(self.shared.clock.now_ms());
+        Some((ErrorCode::Banned, banned_text(left_ms, &reason)))
+    }
+
     /// A Join: one at a time, within the connection's and the address's
     /// join budgets, with a token when the server asks for one.
     pub(super) async fn join(
@@ -138,6 +154,9 @@ impl Connection {
         };
         let expires_at = (arrival.token_expires_at_ms > 0).then_some(arrival.token_expires_at_ms);
         let user = arrival.user.clone();
+        if let Some((code, text)) = self.banned(user.as_deref()) {
+            return self.refuse(code, text).await;
+        }
         if let Err(at) = self.shared.addresses.admit_join(&self.client, now) {
             let wait = at.saturating_duration_since(now).as_millis();
             let text = format!("too many joins from your address: try again in {wait} ms");
@@ -150,6 +169,12 @@ impl Connection {
                     .record("room", room.as_str())
                     .record("member", m.id().0);
                 debug!(resumed = m.resumed(), "joined");
+                // A ban that landed while this member arrived: its sweep
+                // may have missed the member, so it leaves now.
+                if let Some((until_ms, reason)) = user.as_deref().and_then(|u| self.ban_of(u)) {
+                    m.leave(LeaveReason::Kicked).await;
+                    return Err(End::Removed(Removal::Banned { until_ms, reason }));
+                }
                 self.membership = Some(m);
                 self.token = expires_at.map(|exp| Box::new(self.token_clock(exp)));
                 self.user = user;

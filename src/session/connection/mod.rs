@@ -28,6 +28,7 @@ use tungstenite::Message;
 use tungstenite::protocol::CloseFrame;
 
 use crate::access::addresses::Client;
+use crate::access::sanctions::muted_text;
 use crate::access::throttle::{Admit, Budget, Gcra, Verdict};
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -35,7 +36,7 @@ use crate::protocol::{
     encode_server, pb,
 };
 use crate::room::Membership;
-use crate::room::sink::Frame;
+use crate::room::sink::{Frame, Removal};
 use crate::server::shared::Shared;
 use crate::session::outbox::{Event, Outbox, WsIo};
 
@@ -66,6 +67,12 @@ pub mod close {
     /// newer connection (the client gave this one up). Nothing to do: the
     /// newer connection has the place.
     pub const RESUMED: u16 = 4001;
+    /// Private use: the app removed the member (server API).
+    pub const KICKED: u16 = 4004;
+    /// Private use: the app banned the member's user (server API).
+    pub const BANNED: u16 = 4005;
+    /// Private use: the app closed the room (server API).
+    pub const ROOM_CLOSED: u16 = 4006;
 }
 
 /// The upgraded connection under a WebSocket.
@@ -99,8 +106,9 @@ enum End {
     Stalled,
     /// The server closes with this code and reason after a bad input.
     Refused { code: u16, reason: &'static str },
-    /// A newer connection of the same user joined the room.
-    Replaced,
+    /// The room took the member out: a newer connection of the same user
+    /// joined it, or the app removed the member or closed the room.
+    Removed(Removal),
     /// A resume from a newer connection took the member's place.
     Superseded,
     /// The member's token expired (past the leeway) without a refresh.
@@ -114,7 +122,7 @@ impl End {
             Self::Shutdown => LeaveReason::Shutdown,
             Self::Idle => LeaveReason::TimedOut,
             Self::Refused { .. } | Self::TokenExpired => LeaveReason::Kicked,
-            Self::Replaced => LeaveReason::Replaced,
+            Self::Removed(removal) => removal.leave_reason(),
             // The place is another connection's: no one leaves.
             Self::Superseded => LeaveReason::Disconnected,
         }
@@ -134,7 +142,12 @@ impl End {
             Self::Shutdown => Some((close::GOING_AWAY, "server shutting down")),
             Self::Idle => Some((close::NORMAL, "idle timeout")),
             Self::Refused { code, reason } => Some((*code, reason)),
-            Self::Replaced => Some((close::REPLACED, "replaced by a newer connection")),
+            Self::Removed(Removal::Replaced) => {
+                Some((close::REPLACED, "replaced by a newer connection"))
+            }
+            Self::Removed(Removal::Kicked { .. }) => Some((close::KICKED, "kicked")),
+            Self::Removed(Removal::Banned { .. }) => Some((close::BANNED, "banned")),
+            Self::Removed(Removal::RoomClosed) => Some((close::ROOM_CLOSED, "room closed")),
             Self::Superseded => Some((close::RESUMED, "resumed by a newer connection")),
             Self::TokenExpired => Some((close::TOKEN_EXPIRED, "token expired")),
         }
@@ -347,7 +360,7 @@ impl Connection {
                     }
                     Event::Overflowed => Err(End::Stalled),
                     Event::Failed => Err(End::Gone),
-                    Event::Replaced => Err(End::Replaced),
+                    Event::Removed(removal) => Err(End::Removed(removal)),
                     Event::Superseded => Err(End::Superseded),
                 },
                 () = &mut deferral, if armed.is_some() => {
@@ -406,14 +419,29 @@ impl Connection {
         if matches!(end, End::TokenExpired) {
             self.shared.metrics.auth_expired.inc();
         }
-        let notice = match end {
+        let notice = match &end {
             End::Shutdown => Some(encode_error(
                 ErrorCode::ShuttingDown,
                 "the server is shutting down: reconnect later",
             )),
-            End::Replaced => Some(encode_error(
+            End::Removed(Removal::Replaced) => Some(encode_error(
                 ErrorCode::Replaced,
                 "you joined this room again from another connection, which replaced this one",
+            )),
+            End::Removed(Removal::Kicked { reason }) => Some(encode_error(
+                ErrorCode::Kicked,
+                format!("removed from the room by the app: {reason}"),
+            )),
+            End::Removed(Removal::Banned { until_ms, reason }) => Some(encode_error(
+                ErrorCode::Banned,
+                crate::access::sanctions::banned_text(
+                    until_ms.saturating_sub(self.shared.clock.now_ms()),
+                    reason,
+                ),
+            )),
+            End::Removed(Removal::RoomClosed) => Some(encode_error(
+                ErrorCode::RoomClosed,
+                "the app closed this room",
             )),
             End::TokenExpired => Some(encode_error(
                 ErrorCode::TokenExpired,
@@ -602,6 +630,14 @@ impl Connection {
                 let Some(m) = &self.membership else {
                     return self.refuse(ErrorCode::NotJoined, "Chat before Join").await;
                 };
+                let muted = self.user.as_deref().and_then(|user| {
+                    let now_ms = self.shared.clock.now_ms();
+                    let until_ms = self.shared.sanctions.muted(user, now_ms)?;
+                    Some(muted_text(until_ms.saturating_sub(now_ms)))
+                });
+                if let Some(text) = muted {
+                    return self.refuse(ErrorCode::Muted, text).await;
+                }
                 match self.chats.arrive(now) {
                     Verdict::Apply => {
                         m.chat(text).await;

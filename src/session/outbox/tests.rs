@@ -294,10 +294,10 @@ async fn a_replaced_member_wakes_its_connection_once_told() {
         let outbox = Arc::clone(&outbox);
         tokio::spawn(async move { event(&outbox).await })
     };
-    Sink::replaced(&*outbox);
+    Sink::removed(&*outbox, Removal::Replaced);
     let woken = tokio::time::timeout(Duration::from_secs(5), waiting)
         .await
         .expect("woken")
         .expect("task");
-    assert_eq!(woken, Event::Replaced);
+    assert_eq!(woken, Event::Removed(Removal::Replaced));
 }

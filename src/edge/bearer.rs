@@ -1,4 +1,5 @@
-//! The bearer token that guards `GET /metrics` (`--metrics-token-file`).
+//! A bearer token read from a file: the one that guards `GET /metrics`
+//! (`--metrics-token-file`) and the server API's key (`--api-key-file`).
 //!
 //! The token is read once at start. A request must carry
 //! `Authorization: Bearer <token>`; the comparison takes the same time
@@ -14,12 +15,12 @@ use subtle::ConstantTimeEq as _;
 /// Shortest token accepted: anything shorter is guessable.
 const MIN_TOKEN_BYTES: usize = 16;
 
-/// The secret a scraper must present.
-pub struct MetricsToken(Box<[u8]>);
+/// The secret a caller must present.
+pub struct BearerToken(Box<[u8]>);
 
-impl std::fmt::Debug for MetricsToken {
+impl std::fmt::Debug for BearerToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("MetricsToken(..)")
+        f.write_str("BearerToken(..)")
     }
 }
 
@@ -27,17 +28,18 @@ impl std::fmt::Debug for MetricsToken {
 #[derive(Debug, thiserror::Error)]
 pub enum TokenFileError {
     /// The file cannot be read.
-    #[error("cannot read --metrics-token-file {path}")]
+    #[error("cannot read {flag} {path}")]
     Read {
+        flag: &'static str,
         path: String,
         source: std::io::Error,
     },
     /// Too short, or has characters a header cannot carry.
     #[error(
-        "--metrics-token-file {path}: the token must be at least {MIN_TOKEN_BYTES} \
+        "{flag} {path}: the token must be at least {MIN_TOKEN_BYTES} \
          visible ASCII characters with no spaces (for example `openssl rand -hex 32`)"
     )]
-    Unusable { path: String },
+    Unusable { flag: &'static str, path: String },
 }
 
 /// Why a request for `/metrics` was refused: the label of
@@ -85,16 +87,18 @@ impl IntoResponse for Denied {
     }
 }
 
-impl MetricsToken {
-    /// Reads the token from `path`: the file's content without surrounding
-    /// white space (so a trailing newline does not count).
-    pub fn read(path: &Path) -> Result<Self, TokenFileError> {
+impl BearerToken {
+    /// Reads the token from `path` (given by `flag`): the file's content
+    /// without surrounding white space (so a trailing newline does not
+    /// count).
+    pub fn read(path: &Path, flag: &'static str) -> Result<Self, TokenFileError> {
         let shown = path.display().to_string();
         let text = std::fs::read_to_string(path).map_err(|source| TokenFileError::Read {
+            flag,
             path: shown.clone(),
             source,
         })?;
-        Self::parse(&text).ok_or(TokenFileError::Unusable { path: shown })
+        Self::parse(&text).ok_or(TokenFileError::Unusable { flag, path: shown })
     }
 
     fn parse(text: &str) -> Option<Self> {
@@ -143,8 +147,8 @@ mod tests {
         headers
     }
 
-    fn token() -> MetricsToken {
-        MetricsToken::parse(&format!("  {SECRET}\n")).expect("usable")
+    fn token() -> BearerToken {
+        BearerToken::parse(&format!("  {SECRET}\n")).expect("usable")
     }
 
     #[test]
@@ -186,10 +190,11 @@ mod tests {
             "has a space in the middle of it",
             "é".repeat(16).as_str(),
         ] {
-            assert!(MetricsToken::parse(text).is_none(), "{text:?}");
+            assert!(BearerToken::parse(text).is_none(), "{text:?}");
         }
         let missing =
-            MetricsToken::read(Path::new("/nonexistent/amble-token")).expect_err("no such file");
+            BearerToken::read(Path::new("/nonexistent/amble-token"), "--metrics-token-file")
+                .expect_err("no such file");
         assert!(
             missing.to_string().contains("/nonexistent/amble-token"),
             "{missing}"
