@@ -492,6 +492,7 @@ mod tests {
                 "auth-expiry-notice-secs",
                 "api-key-file",
                 "api-calls-per-sec",
+                "resume-grace-ms",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

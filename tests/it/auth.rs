@@ -992,7 +992,7 @@ async fn a_token_near_its_expiry_is_noticed_at_once_and_ends_the_session_at_it()
     let short = expiring("ada", 3);
     let w = join_with(&mut c, "lobby", "Ada", &token(&short)).await;
     assert_eq!(w.token_expires_at_ms, short.exp * 1000);
-    assert_eq!(w.protocol_revision, 3);
+    assert_eq!(w.protocol_revision, amble::protocol::PROTOCOL_REVISION);
     // Less than a minute left: told at once.
     assert_eq!(expect_expiring(&mut c).await, short.exp * 1000);
     // No refresh: at `exp` (no leeway here) the session ends.
