@@ -192,9 +192,11 @@ mod tests {
         ] {
             assert!(BearerToken::parse(text).is_none(), "{text:?}");
         }
-        let missing =
-            BearerToken::read(Path::new("/nonexistent/amble-token"), "--metrics-token-file")
-                .expect_err("no such file");
+        let missing = BearerToken::read(
+            Path::new("/nonexistent/amble-token"),
+            "--metrics-token-file",
+        )
+        .expect_err("no such file");
         assert!(
             missing.to_string().contains("/nonexistent/amble-token"),
             "{missing}"

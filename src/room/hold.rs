@@ -126,13 +126,7 @@ impl Rooms {
     /// Leave) for the grace, or removes it at once with
     /// `reason` when places are not held, the member has no token, the
     /// server is shutting down, or the node holds its cap of places.
-    fn hold_or_remove(
-        &self,
-        room: &Arc<Room>,
-        id: MemberId,
-        seat: u64,
-        reason: LeaveReason,
-    ) {
+    fn hold_or_remove(&self, room: &Arc<Room>, id: MemberId, seat: u64, reason: LeaveReason) {
         let grace = self.settings.resume_grace;
         let held = !grace.is_zero() && !self.shutting_down.load(Ordering::Relaxed) && {
             let mut st = room.state();

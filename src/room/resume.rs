@@ -210,7 +210,14 @@ mod tests {
 
     #[test]
     fn malformed_tokens_are_refused() {
-        for bad in ["", "abc", &"g".repeat(32), &"a".repeat(31), &"a".repeat(33), &"é".repeat(16)] {
+        for bad in [
+            "",
+            "abc",
+            &"g".repeat(32),
+            &"a".repeat(31),
+            &"a".repeat(33),
+            &"é".repeat(16),
+        ] {
             assert_eq!(ResumeToken::parse(bad), Err(Refusal::Malformed), "{bad:?}");
         }
     }

@@ -119,13 +119,15 @@ async fn without_a_resume_the_others_see_left_after_the_grace() {
     let mut late = server.client().await;
     let w2 = join_resuming(&mut late, "lobby", "Bo", &w.resume_token).await;
     assert!(!w2.resumed);
-    assert!(ada.until(|m| match &m.body {
-        Some(S::Joined(j)) => j.member.clone(),
-        _ => None,
-    })
-    .await
-    .name
-        == "Bo");
+    assert!(
+        ada.until(|m| match &m.body {
+            Some(S::Joined(j)) => j.member.clone(),
+            _ => None,
+        })
+        .await
+        .name
+            == "Bo"
+    );
     assert_eq!(
         server
             .metric("amble_resume_refused_total{reason=\"unknown\"}")

@@ -89,7 +89,10 @@ async fn a_dropped_member_is_held_unseen_and_resumed_with_its_id() {
     assert_ne!(w2.resume_token, w.resume_token, "rotated");
     let snapshot = w2.snapshot.expect("snapshot");
     let me = snapshot.members.iter().find(|m| m.id == 1).expect("itself");
-    assert_eq!((me.name.as_str(), me.position.map(|p| p.x)), ("Bo", Some(40)));
+    assert_eq!(
+        (me.name.as_str(), me.position.map(|p| p.x)),
+        ("Bo", Some(40))
+    );
     assert_eq!(snapshot.members.len(), 2);
     assert_eq!((resumed(&rooms), rooms.metrics.resume_held.get()), (1, 0));
     assert_eq!(rooms.metrics.members.get(), 2);
@@ -99,7 +102,10 @@ async fn a_dropped_member_is_held_unseen_and_resumed_with_its_id() {
     again.submit(at(90)).await;
     rooms.tick(rooms.clock.now_ms()).await;
     let records = decode_motion(&next(&ada).await.motion).expect("batch").1;
-    assert_eq!((records[0].member, records[0].motion), (MemberId(1), at(90)));
+    assert_eq!(
+        (records[0].member, records[0].motion),
+        (MemberId(1), at(90))
+    );
     next(&again_inbox).await; // its own move, as everyone's
     tokio::time::advance(GRACE).await;
     tokio::task::yield_now().await;

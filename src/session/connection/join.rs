@@ -12,8 +12,8 @@ use crate::access::auth::refresh::expires_at_ms;
 use crate::access::sanctions::banned_text;
 use crate::access::throttle::Verdict;
 use crate::protocol::{Data, ErrorCode, LeaveReason, Position, check_position, validate_name};
-use crate::room::sink::Removal;
 use crate::room::resume::ResumeToken;
+use crate::room::sink::Removal;
 use crate::room::{Arrival, JoinError};
 
 /// What a Join asks for: the token's claims may override each.
