@@ -58,6 +58,11 @@ pub struct Plan {
     /// What does not fail the run.
     #[serde(default)]
     pub tolerate: Tolerance,
+    /// The share of the bots that drop their connection each second (on
+    /// average: each bot at random times) and join again at once with their
+    /// resume token; 0: none.
+    #[serde(default)]
+    pub drops_per_sec: f64,
 }
 
 /// How bots move.
@@ -471,6 +476,7 @@ mod tests {
             room_range: 0..rooms,
             room_names: RoomNames::Run,
             tolerate: Tolerance::default(),
+            drops_per_sec: 0.0,
         }
     }
 

@@ -211,3 +211,78 @@ async fn a_page_away_past_the_grace_is_seen_to_leave_and_comes_back_once() {
     })
     .await;
 }
+
+/// Issue 18: a page the browser freezes (a background tab) for two minutes
+/// keeps its place, or resumes it unseen: when it thaws, it is in the room
+/// once, and the others never saw it leave or join.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_frozen_for_two_minutes_keeps_its_place() {
+    const FROZEN: Duration = Duration::from_secs(120);
+    let browser = Browser::start("bfcache-frozen").await;
+    within(FROZEN + Duration::from_secs(120), "the whole test", async {
+        let server = Server::with(Config::default()).await;
+        let ada = open_and_join(&browser, &server, "ada", "Ada").await;
+        let bo = open_and_join(&browser, &server, "bo", "Bo").await;
+        ada.wait_for(
+            "Bo's arrival told",
+            "() => document.querySelector('#messages').textContent.includes('Bo joined')",
+            &[],
+        )
+        .await;
+        let bo_id: u64 = bo
+            .eval("() => window.ambleDemo.members().find((m) => m.self).id", &[])
+            .await;
+
+        let _: Value = bo
+            .cdp("Page.setWebLifecycleState", json!({ "state": "frozen" }))
+            .await;
+        // Frozen: its timers and its socket's events wait. Ada moves now and
+        // then, so frames keep going to the frozen page.
+        let floor = ada.rect("#floor").await;
+        let until = tokio::time::Instant::now() + FROZEN;
+        let mut step = 0u32;
+        while tokio::time::Instant::now() < until {
+            step += 1;
+            // A click on Ada's floor near the middle: a walk, a frame to Bo.
+            let dx = f64::from(step % 5) * 20.0 - 40.0;
+            ada.click_at(floor.x + floor.width / 2.0 + dx, floor.y + floor.height / 2.0 + 30.0)
+                .await;
+            assert_eq!(count(&ada, "Bo").await.0, 1, "Ada sees Bo all along");
+            tokio::time::sleep(Duration::from_secs(5)).await;
+        }
+        let _: Value = bo
+            .cdp("Page.setWebLifecycleState", json!({ "state": "active" }))
+            .await;
+        bo.wait_for(
+            "Bo in the room again",
+            "() => window.ambleDemo.state() === 'joined' && window.ambleDemo.members().length === 2",
+            &[],
+        )
+        .await;
+        // Give a reconnect, if the thawed page makes one, time to settle.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        bo.wait_for(
+            "Bo joined and drawn",
+            "() => window.ambleDemo.state() === 'joined' \
+             && document.querySelectorAll('#people li').length === 2",
+            &[],
+        )
+        .await;
+        assert_eq!(count(&bo, "Bo").await, (1, 1), "Bo sees itself once");
+        assert_eq!(count(&bo, "Ada").await, (1, 1), "Bo sees Ada once");
+        assert_eq!(count(&ada, "Bo").await, (1, 1), "Ada sees Bo once");
+        let seen_id: u64 = ada
+            .eval("() => window.ambleDemo.members().find((m) => m.name === 'Bo').id", &[])
+            .await;
+        assert_eq!(seen_id, bo_id, "the same member all along");
+        assert_eq!(says(&ada, "Bo left").await, 0, "Ada saw Bo leave");
+        assert_eq!(says(&ada, "Bo joined").await, 1, "Ada saw Bo join again");
+        assert_eq!(members_on_server(&server).await, json!(2));
+
+        let mut errors = ada.close().await;
+        errors.extend(bo.close().await);
+        assert_eq!(errors, Vec::<String>::new(), "no errors in the pages");
+        server.stop().await;
+    })
+    .await;
+}
