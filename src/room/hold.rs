@@ -94,10 +94,17 @@ impl Rooms {
             // held since.
             None => unreachable!("a resumable member is in the room"),
         };
+        // Cluster mode: moves cut for a tick not yet written go to the
+        // members here now, not again to the resumer, whose snapshot shows
+        // them (as for a join).
+        let early_batch = self.batch_before_join(&mut st);
         let next = self.issue_token(&mut st, id);
         let welcome = self.welcome(&st, handle.name(), id, token_expires_at_ms, next, true);
         let mut out = handle.out();
         drop(st);
+        if let Some(batch) = early_batch {
+            out.publish(&batch, &self.metrics);
+        }
         let old = out
             .sinks
             .iter()

@@ -145,7 +145,8 @@ pub async fn run(run: Arc<Run>, index: u32, room: u32) {
     gauges
         .ever_connected
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut session = Session::new(&run, index, ws, welcome);
+    let mut generation = 0;
+    let mut session = Session::new(&run, index, generation, ws, welcome);
     loop {
         let ended = session.run().await;
         if ended != Ended::Dropped {
@@ -175,7 +176,8 @@ pub async fn run(run: Arc<Run>, index: u32, room: u32) {
                     };
                     AtomicCounts::bump(counter, 1);
                 });
-                session = Session::new(&run, index, ws, welcome);
+                generation += 1;
+                session = Session::new(&run, index, generation, ws, welcome);
             }
             Err((kind, code)) => {
                 gauges

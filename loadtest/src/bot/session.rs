@@ -84,7 +84,15 @@ enum Due {
 }
 
 impl<'a> Session<'a> {
-    pub(super) fn new(run: &'a Run, index: u32, ws: Socket, mut welcome: pb::Welcome) -> Self {
+    /// `generation`: how many sessions this bot had before (drops), so
+    /// that each draws other random numbers.
+    pub(super) fn new(
+        run: &'a Run,
+        index: u32,
+        generation: u32,
+        ws: Socket,
+        mut welcome: pb::Welcome,
+    ) -> Self {
         let plan = &run.plan;
         let limits = welcome.limits.unwrap_or_default();
         let me = MemberId(welcome.member_id);
@@ -95,7 +103,8 @@ impl<'a> Session<'a> {
             .unwrap_or_default();
         let world = World::from_limits(&limits);
         let mut rng = SplitMix::new(
-            u64::from(index) << 20 ^ u64::from_str_radix(&plan.run_tag, 16).unwrap_or(0),
+            (u64::from(index) << 20 | u64::from(generation) << 52)
+                ^ u64::from_str_radix(&plan.run_tag, 16).unwrap_or(0),
         );
         let start = members
             .iter()
@@ -185,8 +194,11 @@ impl<'a> Session<'a> {
         let move_timer = sleep_until(next_move.into());
         let chat_timer = sleep_until(next_chat.unwrap_or(schedule.drain_end).into());
         let end = sleep_until(schedule.drain_end.into());
-        // Drops only inside the window, so the figures see them.
-        let drop_at = self.next_drop(now).filter(|t| *t < schedule.window_end);
+        // Drops only inside the window, so the figures see them (and the
+        // ramp is not slowed by them).
+        let drop_at = self
+            .next_drop(now.max(schedule.window_start))
+            .filter(|t| *t < schedule.window_end);
         let drop_timer = sleep_until(drop_at.unwrap_or(schedule.drain_end).into());
         let run = self.run;
         let halted = run.halted();
