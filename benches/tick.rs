@@ -65,6 +65,7 @@ impl World {
                 limits: pb::Limits::default(),
                 resume_grace: Duration::ZERO,
                 max_held: 0,
+                spatial: None,
             },
             Clock::start(),
             Arc::clone(&metrics),

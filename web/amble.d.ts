@@ -219,6 +219,14 @@ export interface ChatInfo {
   serverTimeMs: number;
 }
 
+/** A message from the app that hosts the world, not from a member (protocol revision 4). */
+export interface SystemInfo {
+  text: string;
+  serverTimeMs: number;
+  /** For you alone, not the whole room. */
+  direct: boolean;
+}
+
 /** The events of `client.on(type, fn)` and their handlers. */
 export interface AmbleEvents {
   state: (state: StateValue, previous: StateValue) => void;
@@ -229,6 +237,13 @@ export interface AmbleEvents {
   /** A member's data changed (yours too, once the server applied it); `previous` is the data before. */
   data: (member: Member, previous: Readonly<Record<string, string>>) => void;
   chat: (info: ChatInfo) => void;
+  system: (info: SystemInfo) => void;
+  /** Spatial rooms: someone came into your view (not an arrival). */
+  appeared: (member: Member) => void;
+  /** Spatial rooms: someone went out of your view (still in the room). */
+  disappeared: (member: Member) => void;
+  /** Spatial rooms: the room's member count changed (at most once a second). */
+  population: (members: number) => void;
   resync: (members: Map<number, Member>) => void;
   /** A member's id changed (it resumed its place through another node): the same member, now `member.id`; no `left`, no `joined`. */
   renumbered: (member: Member, oldId: number) => void;
@@ -270,6 +285,8 @@ export declare class AmbleClient {
   readonly me: Member | null;
   /** The room's members by id, you included. */
   readonly members: Map<number, Member>;
+  /** Members in the room, you included (in a spatial room, in view or not); 0 outside one. */
+  readonly population: number;
   /** The server's limits (the defaults until a Welcome). */
   readonly limits: Limits;
   readonly rttMs: number | null;

@@ -37,6 +37,7 @@ export const REVISION_FEATURES = Object.freeze({
   2: Object.freeze(['Join.start (where to appear)', 'member data', 'the server version in Welcome']),
   3: Object.freeze(['token expiry notices and RefreshToken']),
   4: Object.freeze(['resuming a held place after a drop', "the app's system messages"]),
+  5: Object.freeze(['spatial rooms (area of interest)']),
 });
 
 /**
@@ -320,9 +321,23 @@ export function explainError(code, serverMessage = '') {
       return `That can't be set${serverMessage ? ` (${serverMessage})` : ''}.`;
     case ErrorCode.TOKEN_EXPIRED:
       return 'Your sign-in expired before it was renewed.';
+    case ErrorCode.KICKED:
+      return `You were removed from this room${appReason(serverMessage)}.`;
+    case ErrorCode.BANNED:
+      return `You can't join: ${serverMessage || 'you are banned'}.`;
+    case ErrorCode.MUTED:
+      return `You can't chat now: ${serverMessage || 'you are muted'}.`;
+    case ErrorCode.ROOM_CLOSED:
+      return 'This room was closed.';
     default:
       return serverMessage || `Server error ${code}.`;
   }
+}
+
+/** The app's reason in a KICKED message ("removed from the room by the app: REASON"). */
+function appReason(serverMessage) {
+  const reason = /by the app: (.+)$/.exec(serverMessage ?? '')?.[1];
+  return reason ? `: ${reason}` : '';
 }
 
 /** Error codes that refuse a Join; the socket stays open. RATE_LIMITED refuses one when joining too often. */
@@ -334,6 +349,7 @@ const REFUSALS = new Set([
   ErrorCode.FORBIDDEN,
   ErrorCode.RATE_LIMITED,
   ErrorCode.INVALID_DATA,
+  ErrorCode.BANNED,
 ]);
 
 /** The wait a RATE_LIMITED message names ("... next allowed in 1840 ms"), or null. */
@@ -346,12 +362,19 @@ export function retryAfterMs(serverMessage) {
 const CLOSE_REPLACED = 4000;
 /** Close code of a session whose token expired unrefreshed (TOKEN_EXPIRED). */
 const CLOSE_TOKEN_EXPIRED = 4003;
+/** Close codes of the app's removals (server API): KICKED, BANNED, ROOM_CLOSED. */
+const CLOSE_KICKED = 4004;
+const CLOSE_BANNED = 4005;
+const CLOSE_ROOM_CLOSED = 4006;
 /** Close code of a connection whose place a resume from a newer one took. */
 const CLOSE_RESUMED = 4001;
 
 /** Close codes after which retrying would only repeat the offence (or, for
- * 4000 and 4001, take the room back from your own newer connection). */
-const NO_RETRY_CLOSE_CODES = new Set([1003, 1007, 1008, 1009, CLOSE_REPLACED, CLOSE_RESUMED]);
+ * 4000 and 4001, take the room back from your own newer tab or connection; for 4004-4006, undo
+ * what the app decided). */
+const NO_RETRY_CLOSE_CODES = new Set([
+  1003, 1007, 1008, 1009, CLOSE_REPLACED, CLOSE_KICKED, CLOSE_BANNED, CLOSE_ROOM_CLOSED, CLOSE_RESUMED,
+]);
 const NO_RETRY_ERRORS = new Set([
   ErrorCode.FLOOD,
   ErrorCode.MALFORMED,
@@ -360,6 +383,9 @@ const NO_RETRY_ERRORS = new Set([
   ErrorCode.UNAUTHENTICATED,
   ErrorCode.FORBIDDEN,
   ErrorCode.REPLACED,
+  ErrorCode.KICKED,
+  ErrorCode.BANNED,
+  ErrorCode.ROOM_CLOSED,
 ]);
 
 function defaultReportError(err) {
@@ -415,6 +441,14 @@ function serverUrls(options) {
  * - `left` (member, reason) — someone left (reason: LeaveReason)
  * - `moved` (member) — a motion update for someone else
  * - `chat` ({ member, memberId, text, serverTimeMs }) — member may be null
+ * - `appeared` (member), `disappeared` (member) — spatial rooms: someone came
+ *   into your view or went out of it (they are in the room all along: not
+ *   `joined` or `left`)
+ * - `population` (count) — spatial rooms: the room's member count changed
+ *   (`client.population`; at most once a second)
+ * - `system` ({ text, serverTimeMs, direct }) — a message from the app that
+ *   hosts the world (its backend, through the server API), not a member's;
+ *   `direct` when it is for you alone
  * - `data` (member, previous) — a member's data changed (yours included):
  *   `member.data` is the new one, `previous` the one before
  * - `resync` (members) — the member list was replaced by a snapshot
@@ -477,8 +511,10 @@ export class AmbleClient {
     this.clock = new ServerClock();
 
     this.state = State.IDLE;
-    /** Members of the room, you included, by id. */
+    /** Members of the room, you included, by id (in a spatial room: those in view). */
     this.members = new Map();
+    /** Members in the room, you included (in a spatial room, in view or not); 0 outside one. */
+    this.population = 0;
     /** Your own member (motion predicted locally); null outside a room. */
     this.me = null;
     this.memberId = null;
@@ -1190,6 +1226,10 @@ export class AmbleClient {
     else if (msg.memberData) this.onMemberData(msg.memberData);
     else if (msg.tokenExpiring) this.onTokenExpiring(msg.tokenExpiring);
     else if (msg.tokenRefreshed) this.onTokenRefreshed(msg.tokenRefreshed);
+    else if (msg.system) this.onSystem(msg.system);
+    else if (msg.appeared) this.onAppeared(msg.appeared);
+    else if (msg.disappeared) this.onDisappeared(msg.disappeared);
+    else if (msg.population) this.onPopulation(msg.population);
     else if (msg.renumbered) this.onRenumbered(msg.renumbered);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
   }
@@ -1217,6 +1257,7 @@ export class AmbleClient {
     const previous = this.me; // set when this is a rejoin after a reconnect
     const localNow = this.now();
     this.limits = { ...DEFAULT_LIMITS, ...(w.limits ?? {}) };
+    this.population = w.population || (w.snapshot?.members.length ?? 0);
     this.applyLimits();
     this.checkServer(w.protocolRevision ?? 0, w.serverVersion ?? '');
     const snapshot = w.snapshot ?? { serverTimeMs: 0, members: [] };
@@ -1330,6 +1371,34 @@ export class AmbleClient {
     this.emit('joined', m);
   }
 
+  /** Spatial rooms: members that came into view (not arrivals: no `joined`). */
+  onAppeared(a) {
+    if (this.state !== State.JOINED) return;
+    for (const wire of a.members) {
+      if (wire.id === this.memberId) continue;
+      const m = Member.fromWire(wire, { tuning: this.tuning });
+      this.members.set(m.id, m);
+      this.emit('appeared', m);
+    }
+  }
+
+  /** Spatial rooms: members that went out of view (not departures: no `left`). */
+  onDisappeared(d) {
+    if (this.state !== State.JOINED) return;
+    for (const id of d.memberIds) {
+      const m = id === this.memberId ? undefined : this.members.get(id);
+      if (!m) continue;
+      this.members.delete(id);
+      this.emit('disappeared', m);
+    }
+  }
+
+  onPopulation(p) {
+    if (this.state !== State.JOINED) return;
+    this.population = p.members;
+    this.emit('population', p.members);
+  }
+
   onLeft(l) {
     if (this.state !== State.JOINED) return;
     if (l.memberId === this.memberId) return;
@@ -1347,6 +1416,11 @@ export class AmbleClient {
       text: c.text,
       serverTimeMs: c.serverTimeMs,
     });
+  }
+
+  onSystem(m) {
+    if (this.state !== State.JOINED) return;
+    this.emit('system', { text: m.text, serverTimeMs: m.serverTimeMs, direct: m.direct });
   }
 
   onMemberData(d) {
@@ -1446,6 +1520,9 @@ function closeReason(code, error, opened) {
   if (code === 1013) return 'The server is busy.';
   if (code === CLOSE_REPLACED) return explainError(ErrorCode.REPLACED);
   if (code === CLOSE_TOKEN_EXPIRED) return explainError(ErrorCode.TOKEN_EXPIRED);
+  if (code === CLOSE_KICKED) return explainError(ErrorCode.KICKED);
+  if (code === CLOSE_BANNED) return explainError(ErrorCode.BANNED);
+  if (code === CLOSE_ROOM_CLOSED) return explainError(ErrorCode.ROOM_CLOSED);
   if (code === 1000) return 'The server closed the connection.';
   return 'The connection was lost.';
 }

@@ -535,6 +535,22 @@ client.on('left', (m, reason) => {
   if (verb) queueNotice(verb, name);
 });
 
+// A spatial room (a plaza): people come into view and go out of it
+// quietly; they are in the room all along, so no notice.
+client.on('appeared', (m) => {
+  addEntry(m);
+  peopleDirty = true;
+});
+
+client.on('disappeared', (m) => {
+  removeEntry(m.id);
+  peopleDirty = true;
+});
+
+client.on('population', () => {
+  peopleDirty = true;
+});
+
 client.on('resync', () => syncEntries());
 
 // A member resumed its place through another node: the same person under a
@@ -563,6 +579,12 @@ client.on('chat', ({ member, memberId, text, serverTimeMs }) => {
     unread++;
     updateTitle();
   }
+});
+
+// The app's own messages (its backend, through the server API): shown as
+// the server's, never as a member's.
+client.on('system', ({ text, serverTimeMs, direct }) => {
+  addChat(direct ? 'Server (to you)' : 'Server', '#5b6b80', text, serverTimeMs, false);
 });
 
 client.on('error', (err) => {
@@ -834,7 +856,8 @@ function renderPeople() {
     items.push(li);
   }
   ui.people.replaceChildren(...items);
-  const n = `${list.length}`;
+  // In a spatial room: who is in view, of how many in the room.
+  const n = client.limits.interestRadius > 0 ? `${list.length} of ${client.population}` : `${list.length}`;
   ui.roomCount.textContent = n;
   ui.peopleCount.textContent = n;
   ui.peopleCountWide.textContent = n;

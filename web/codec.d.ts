@@ -110,6 +110,11 @@ export interface Limits {
   dataBurst: number;
   /** How long a dropped member's place is held for a resume, ms (0: never; before revision 4: 0). */
   resumeGraceMs: number;
+  /** A spatial room's interest radius, cm (0: a plain room; before revision 5: 0). */
+  interestRadius: number;
+  /** A spatial room's grid: a cell's side, and how far past it a member's cell changes, cm. */
+  interestCell: number;
+  interestMargin: number;
 }
 
 /** One entry of a member's data (`amble.v1.DataEntry`); members carry them sorted by key. */
@@ -209,6 +214,8 @@ export interface Welcome {
   resumeToken: string;
   /** This Welcome gave back a held place (revision 4). */
   resumed: boolean;
+  /** Members in the room, you included (revision 5; in a spatial room the snapshot holds only those in view). */
+  population: number;
 }
 export interface Joined {
   member: WireMember | null;
@@ -251,6 +258,18 @@ export interface Renumbered {
   oldId: number;
   newId: number;
 }
+/** Spatial rooms (revision 5): members that came into view, each with its whole state. Not a Joined. */
+export interface Appeared {
+  members: WireMember[];
+}
+/** Spatial rooms (revision 5): members that went out of view. Not a Left: they are still in the room. */
+export interface Disappeared {
+  memberIds: number[];
+}
+/** The room's member count changed (revision 5; at most one a second). */
+export interface Population {
+  members: number;
+}
 export interface ServerError {
   code: ErrorCodeValue;
   message: string;
@@ -270,6 +289,9 @@ export interface ServerMessage {
   tokenRefreshed?: TokenRefreshed;
   system?: SystemMessage;
   renumbered?: Renumbered;
+  appeared?: Appeared;
+  disappeared?: Disappeared;
+  population?: Population;
   motion: number[];
 }
 

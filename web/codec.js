@@ -17,7 +17,7 @@
  * from; the codec test fails when the two differ, so a schema change cannot
  * slip past this hand-written codec.
  */
-export const SCHEMA_FNV1A64 = '2c46178c5758b073';
+export const SCHEMA_FNV1A64 = '0ca8512417c288d8';
 
 /** The WebSocket subprotocol. */
 export const SUBPROTOCOL = 'amble.v1';
@@ -30,11 +30,13 @@ export const SUBPROTOCOL = 'amble.v1';
  * Welcome.tokenExpiresAtMs, TOKEN_EXPIRED); 4 the app's side
  * (SystemMessage, KICKED, BANNED, MUTED, ROOM_CLOSED, LeaveReason.ROOM_CLOSED)
  * and held places (Join.resumeToken, Welcome.resumeToken, Welcome.resumed,
- * Limits.resumeGraceMs, Renumbered). The server sends
+ * Limits.resumeGraceMs, Renumbered); 5 spatial rooms (Appeared,
+ * Disappeared, Population, Welcome.population, Limits.interestRadius,
+ * interestCell, interestMargin). The server sends
  * its own in every Welcome; web/test/vectors.json records the server's,
  * and the codec test checks that the two agree.
  */
-export const PROTOCOL_REVISION = 4;
+export const PROTOCOL_REVISION = 5;
 
 /** Motion batch times are truncated to 7 bits (one varint byte). */
 export const MOTION_TIME_MODULUS = 128;
@@ -593,6 +595,9 @@ const LIMIT_FIELDS = [
   'dataIntervalMs',
   'dataBurst',
   'resumeGraceMs',
+  'interestRadius',
+  'interestCell',
+  'interestMargin',
 ];
 
 function encodeLimits(w, limits) {
@@ -665,12 +670,13 @@ function encodeWelcome(w, wel) {
   w.scalar(7, u64(wel.tokenExpiresAtMs, 'welcome.tokenExpiresAtMs'));
   w.string(8, str(wel.resumeToken, 'welcome.resumeToken'));
   w.scalar(9, bool(wel.resumed, 'welcome.resumed'));
+  w.scalar(10, u32(wel.population, 'welcome.population'));
 }
 
 const decodeWelcome = kind(
   () => ({
     limits: null, memberId: 0, protocolRevision: 0, room: '', serverVersion: '', snapshot: null,
-    resumeToken: '', resumed: false, tokenExpiresAtMs: 0,
+    population: 0, resumeToken: '', resumed: false, tokenExpiresAtMs: 0,
   }),
   (r, n, wt, wel) => {
     switch (n) {
@@ -683,6 +689,7 @@ const decodeWelcome = kind(
       case 7: wel.tokenExpiresAtMs = readU64(r, wt, 'Welcome.tokenExpiresAtMs'); return true;
       case 8: wel.resumeToken = readString(r, wt, 'Welcome.resumeToken'); return true;
       case 9: wel.resumed = readBool(r, wt, 'Welcome.resumed'); return true;
+      case 10: wel.population = readU32(r, wt, 'Welcome.population'); return true;
       default: return false;
     }
   },
@@ -785,6 +792,56 @@ const decodeSystemMessage = kind(
   },
 );
 
+function encodeAppeared(w, a) {
+  for (const m of a.members ?? []) w.message(1, m, encodeMember);
+}
+
+const decodeAppeared = kind(
+  () => ({ members: [] }),
+  (r, n, wt, a) => {
+    if (n !== 1) return false;
+    a.members.push(readMessage(r, wt, 'Appeared.members', null, decodeMember));
+    return true;
+  },
+);
+
+function encodeDisappeared(w, d) {
+  const ids = d.memberIds ?? [];
+  if (ids.length === 0) return;
+  const packed = new Writer();
+  ids.forEach((id, i) => packed.varint(u32(id, `disappeared.memberIds[${i}]`)));
+  w.bytes(1, packed.finish());
+}
+
+const decodeDisappeared = kind(
+  () => ({ memberIds: [] }),
+  (r, n, wt, d) => {
+    if (n !== 1) return false;
+    // Packed (as the server sends it), or one varint per occurrence.
+    if (wt === WIRE_LEN) {
+      const end = r.lengthEnd();
+      while (r.pos < end) d.memberIds.push(r.uint32());
+      if (r.pos !== end) throw new DecodeError('packed Disappeared.memberIds runs past its length');
+    } else {
+      d.memberIds.push(readU32(r, wt, 'Disappeared.memberIds'));
+    }
+    return true;
+  },
+);
+
+function encodePopulation(w, p) {
+  w.scalar(1, u32(p.members, 'population.members'));
+}
+
+const decodePopulation = kind(
+  () => ({ members: 0 }),
+  (r, n, wt, p) => {
+    if (n !== 1) return false;
+    p.members = readU32(r, wt, 'Population.members');
+    return true;
+  },
+);
+
 function encodeRenumbered(w, m) {
   w.scalar(1, u32(m.oldId, 'renumbered.oldId'));
   w.scalar(2, u32(m.newId, 'renumbered.newId'));
@@ -860,6 +917,9 @@ const SERVER_BODIES = [
   [11, 'tokenRefreshed', encodeTokenExpiry('tokenRefreshed'), decodeTokenExpiry('TokenRefreshed')],
   [12, 'system', encodeSystemMessage, decodeSystemMessage],
   [13, 'renumbered', encodeRenumbered, decodeRenumbered],
+  [14, 'appeared', encodeAppeared, decodeAppeared],
+  [15, 'disappeared', encodeDisappeared, decodeDisappeared],
+  [16, 'population', encodePopulation, decodePopulation],
 ];
 
 /** A oneof's bodies by field number. */

@@ -84,7 +84,12 @@ async fn bots_that_drop_and_resume_still_get_every_update() {
     assert_eq!(r.duplicates, 0);
     assert!(r.updates_expected > 0);
     assert_eq!(r.connected, 40);
-    assert_eq!(server.metric("amble_resumed_total{node=\"same_node\"}").await, r.drops as f64);
+    assert_eq!(
+        server
+            .metric("amble_resumed_total{node=\"same_node\"}")
+            .await,
+        r.drops as f64
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

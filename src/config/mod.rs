@@ -227,9 +227,19 @@ impl Config {
 impl Config {
     /// Validation ranges for client messages.
     pub fn rules(&self) -> Rules {
+        // The largest world any room has: each room checks its own
+        // (`room::Rooms::world_of`).
+        let spatial = !self.room.spatial_rooms.is_empty();
+        let widest = |plain: u32, spatial_side: u32| {
+            if spatial {
+                plain.max(spatial_side)
+            } else {
+                plain
+            }
+        };
         Rules {
-            world_width: self.room.world_width,
-            world_height: self.room.world_height,
+            world_width: widest(self.room.world_width, self.room.spatial_world_width),
+            world_height: widest(self.room.world_height, self.room.spatial_world_height),
             max_speed: self.room.max_speed,
             max_name_chars: self.session.max_name_chars as usize,
             max_room_chars: Rules::default().max_room_chars,
@@ -263,6 +273,9 @@ impl Config {
             data_interval_ms: session.data_interval_ms,
             data_burst: session.data_burst,
             resume_grace_ms: room.resume_grace_ms,
+            interest_radius: 0,
+            interest_cell: 0,
+            interest_margin: 0,
         }
     }
 }
@@ -493,6 +506,11 @@ mod tests {
                 "api-key-file",
                 "api-calls-per-sec",
                 "resume-grace-ms",
+                "spatial-rooms",
+                "spatial-world-width",
+                "spatial-world-height",
+                "spatial-capacity",
+                "interest-radius",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

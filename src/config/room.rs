@@ -48,6 +48,52 @@ pub struct RoomConfig {
     #[arg(long, display_order = 120, env = "AMBLE_RESUME_GRACE_MS", default_value_t = 10_000,
           value_parser = clap::value_parser!(u32).range(0..=600_000))]
     pub resume_grace_ms: u32,
+
+    /// Spatial rooms (area of interest, docs/protocol.md "Spatial rooms"):
+    /// rooms whose name matches one of these patterns (a name, or a prefix
+    /// ending in `*`; comma-separated; empty for none) send each member
+    /// only what happens within its view, so thousands can share one.
+    /// Single node only for now: with --nats every room is a plain room.
+    #[arg(long, display_order = 130, env = "AMBLE_SPATIAL_ROOMS", value_delimiter = ',',
+          default_value = "plaza*", value_parser = parse_room_pattern)]
+    pub spatial_rooms: Vec<String>,
+
+    /// A spatial room's world width in centimetres.
+    #[arg(long, display_order = 131, env = "AMBLE_SPATIAL_WORLD_WIDTH", default_value_t = 50_000,
+          value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub spatial_world_width: u32,
+
+    /// A spatial room's world height in centimetres.
+    #[arg(long, display_order = 132, env = "AMBLE_SPATIAL_WORLD_HEIGHT", default_value_t = 50_000,
+          value_parser = clap::value_parser!(u32).range(1..=10_000_000))]
+    pub spatial_world_height: u32,
+
+    /// Most members in one spatial room.
+    #[arg(long, display_order = 133, env = "AMBLE_SPATIAL_CAPACITY", default_value_t = 20_000,
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub spatial_capacity: u32,
+
+    /// A spatial room's interest radius in centimetres: everyone within it
+    /// is always in view.
+    #[arg(long, display_order = 134, env = "AMBLE_INTEREST_RADIUS", default_value_t = 1_500,
+          value_parser = clap::value_parser!(u32).range(100..=1_000_000))]
+    pub interest_radius: u32,
+}
+
+/// A `--spatial-rooms` entry: a room name, or a prefix ending in `*`.
+fn parse_room_pattern(text: &str) -> Result<String, String> {
+    let name = text.strip_suffix('*').unwrap_or(text);
+    let ok = name.len() <= 32
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok && !text.is_empty() {
+        Ok(text.to_owned())
+    } else {
+        Err(format!(
+            "{text:?} is not a room name or a prefix ending in '*' ([A-Za-z0-9_.-], at most 32)"
+        ))
+    }
 }
 
 impl RoomConfig {
@@ -57,6 +103,16 @@ impl RoomConfig {
 
     pub fn resume_grace(&self) -> Duration {
         Duration::from_millis(u64::from(self.resume_grace_ms))
+    }
+
+    /// Whether `room` is a spatial room.
+    pub fn is_spatial(&self, room: &str) -> bool {
+        self.spatial_rooms
+            .iter()
+            .any(|p| match p.strip_suffix('*') {
+                Some(prefix) => room.starts_with(prefix),
+                None => p == room,
+            })
     }
 
     /// The unit of truncated motion times: the tick, or 10 ms when moves

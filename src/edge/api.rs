@@ -58,14 +58,18 @@ pub fn router() -> Router<Arc<Shared>> {
         .route("/api/v1", axum::routing::any(unknown))
 }
 
-/// An answer and the label it is counted under.
+/// An answer and the label it is counted under (boxed: refusals travel
+/// as the `Err` of every input check).
 struct Call {
     op: &'static str,
-    response: Response,
+    response: Box<Response>,
 }
 
 fn call(op: &'static str, response: Response) -> Call {
-    Call { op, response }
+    Call {
+        op,
+        response: Box::new(response),
+    }
 }
 
 fn fail(op: &'static str, status: StatusCode, code: &str, message: &str) -> Call {
@@ -141,7 +145,7 @@ fn finish(
     shared.metrics.api_call(c.op, status);
     let client = shared.addresses.client_of(peer.ip(), headers);
     info!(%client, %method, path, op = c.op, status, "server API call");
-    c.response
+    *c.response
 }
 
 /// Runs `handle` behind the gate, then counts and logs its answer.
@@ -344,11 +348,11 @@ async fn rooms(
 ) -> Response {
     serve(shared, peer, request, "rooms", |shared, _| async move {
         let counts = shared.room_counts().await;
-        let capacity = shared.config.room.room_capacity;
         let rooms: Vec<Value> = counts
             .into_iter()
             .map(|(name, members)| {
-                json!({ "name": name, "members": members, "capacity": capacity, "spatial": false })
+                let (capacity, spatial) = (shared.rooms.capacity_of(&name), shared.rooms.is_spatial(&name));
+                json!({ "name": name, "members": members, "capacity": capacity, "spatial": spatial })
             })
             .collect();
         ok("rooms", json!({ "rooms": rooms }))

@@ -121,9 +121,9 @@ async fn room_list(shared: &Shared) -> axum::Json<RoomList> {
         .await
         .into_iter()
         .map(|(name, members)| crate::room::RoomInfo {
+            capacity: shared.rooms.capacity_of(&name),
             name,
             members: members as usize,
-            capacity: shared.config.room.room_capacity as usize,
         })
         .collect();
     axum::Json(RoomList { rooms })

@@ -33,9 +33,12 @@ pub const SUBPROTOCOL: &str = "amble.v1";
 /// `TOKEN_EXPIRED`); 4 added the app's side (`SystemMessage`, `KICKED`,
 /// `BANNED`, `MUTED`, `ROOM_CLOSED`, `LeaveReason::RoomClosed`) and held
 /// places (`Join.resume_token`, `Welcome.resume_token`, `Welcome.resumed`,
-/// `Limits.resume_grace_ms`, `Renumbered`). `web/codec.js` has the SDK's, checked against this
+/// `Limits.resume_grace_ms`, `Renumbered`); 5 added spatial rooms
+/// (`Appeared`, `Disappeared`, `Population`, `Welcome.population`,
+/// `Limits.interest_radius`, `interest_cell`, `interest_margin`).
+/// `web/codec.js` has the SDK's, checked against this
 /// one through web/test/vectors.json.
-pub const PROTOCOL_REVISION: u32 = 4;
+pub const PROTOCOL_REVISION: u32 = 5;
 
 /// The server's release, sent in every `Welcome` as `server_version`.
 pub const SERVER_VERSION: &str = env!("CARGO_PKG_VERSION");

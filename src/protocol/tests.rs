@@ -349,6 +349,9 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
         data_interval_ms: 1_000,
         data_burst: 3,
         resume_grace_ms: 0,
+        interest_radius: 0,
+        interest_cell: 0,
+        interest_margin: 0,
     };
     let batch = |records: &[MotionRecord]| {
         let frame = encode_motion(motion_time(1_764_600_000_300, 100), records);
@@ -502,6 +505,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 token_expires_at_ms: 0,
                 resume_token: String::new(),
                 resumed: false,
+                population: 0,
             })),
         ),
         server(
@@ -516,6 +520,7 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 token_expires_at_ms: 1_764_600_600_000,
                 resume_token: String::new(),
                 resumed: false,
+                population: 0,
             })),
         ),
         client(
@@ -574,7 +579,47 @@ fn vectors() -> Vec<(&'static str, &'static str, Vec<u8>, serde_json::Value)> {
                 token_expires_at_ms: 0,
                 resume_token: "Zk3m9QpR2sT7vW1xY5aB0c".into(),
                 resumed: true,
+                population: 0,
             })),
+        ),
+        server(
+            "welcome_spatial",
+            body(S::Welcome(pb::Welcome {
+                member_id: 17,
+                room: "plaza".into(),
+                limits: Some(pb::Limits {
+                    world_width: 50_000,
+                    world_height: 50_000,
+                    room_capacity: 20_000,
+                    interest_radius: 1_500,
+                    interest_cell: 1_874,
+                    interest_margin: 187,
+                    ..limits
+                }),
+                snapshot: Some(snapshot.clone()),
+                server_version: "0.1.0".into(),
+                protocol_revision: 5,
+                token_expires_at_ms: 0,
+                resume_token: String::new(),
+                resumed: false,
+                population: 9_412,
+            })),
+        ),
+        server(
+            "appeared",
+            body(S::Appeared(pb::Appeared {
+                members: snapshot.members.clone(),
+            })),
+        ),
+        server(
+            "disappeared",
+            body(S::Disappeared(pb::Disappeared {
+                member_ids: vec![3, 300, 70_001],
+            })),
+        ),
+        server(
+            "population",
+            body(S::Population(pb::Population { members: 9_413 })),
         ),
         server(
             "renumbered",

@@ -21,7 +21,7 @@ pub struct Listed {
     pub user: Option<Arc<str>>,
     /// Where it is now (along its walk, if it walks).
     pub position: Position,
-    /// When it joined, ms since the Unix epoch.
+    /// When it joined, ms since the Unix epoch (to the second).
     pub joined_at_ms: u64,
 }
 
@@ -69,7 +69,7 @@ impl Rooms {
                 name: m.name.to_string(),
                 user: m.user.clone(),
                 position: m.motion.at(now_ms.saturating_sub(m.moved_at_ms)),
-                joined_at_ms: m.joined_at_ms,
+                joined_at_ms: u64::from(m.joined_at_s) * 1000,
             })
             .collect()
     }

@@ -60,6 +60,8 @@ pub struct RoomSettings {
     /// Places held at most on this node at once; a drop past it leaves at
     /// once.
     pub max_held: usize,
+    /// Spatial rooms (area of interest), when any are configured.
+    pub spatial: Option<spatial::SpatialSettings>,
 }
 
 /// Why a join failed.
@@ -104,6 +106,8 @@ pub struct Rooms {
 /// sections, never for the sockets.
 pub struct Room {
     name: Arc<str>,
+    /// Its world, cm: a spatial room's, or the plain one.
+    world: Position,
     /// Cluster mode: done once this node opened the room (subscribed and
     /// gathered the other nodes' parts).
     opened: tokio::sync::OnceCell<()>,
@@ -130,6 +134,18 @@ impl Out {
         self.sinks.len()
     }
 
+    /// Hands `frame` to the members in `to`; returns how many.
+    fn write_to(&self, frame: &Frame, to: &std::collections::HashSet<MemberId>) -> usize {
+        let mut n = 0;
+        for (id, sink) in &self.sinks {
+            if to.contains(id) {
+                sink.send(frame);
+                n += 1;
+            }
+        }
+        n
+    }
+
     fn sink(&self, id: MemberId) -> Option<&Arc<dyn Sink>> {
         self.sinks.iter().find(|(m, _)| *m == id).map(|(_, s)| s)
     }
@@ -148,6 +164,9 @@ struct State {
     remote: Option<Box<remote::Remote>>,
     /// Local members' resume tokens and held places.
     places: Places,
+    /// A spatial room: who lives in which cell (`None`: a plain room,
+    /// where everyone sees everyone).
+    spatial: Option<Box<spatial::Spatial>>,
 }
 
 struct Member {
@@ -173,9 +192,11 @@ struct Member {
     pending: Option<Motion>,
     /// The node this member is connected to; `None`: this one.
     origin: Option<Arc<str>>,
-    /// When it joined, ms since the Unix epoch (for the server API); for
-    /// another node's member, when this node learnt of it.
-    joined_at_ms: u64,
+    /// When it joined, seconds since the Unix epoch (for the server API;
+    /// seconds, so that it fits beside `share_user` and the member stays
+    /// within 128 bytes); for another node's member, when this node learnt
+    /// of it.
+    joined_at_s: u32,
 }
 
 /// Who joins: a display name, the app's user (a token's `sub`) if known,
@@ -228,6 +249,24 @@ impl Room {
         out.publish(frame, metrics);
     }
 
+    /// Writes `frame`, about `subject`, to the members that see it (every
+    /// member in a plain room), after the state change under `st`.
+    fn publish_about(
+        &self,
+        st: MutexGuard<'_, State>,
+        subject: MemberId,
+        frame: &Frame,
+        metrics: &Metrics,
+    ) {
+        let audience = st.audience(subject);
+        let out = self.out();
+        drop(st);
+        match audience {
+            None => out.publish(frame, metrics),
+            Some(to) => metrics.sent_to(out.write_to(frame, &to), frame.len()),
+        }
+    }
+
     /// As [`publish`](Self::publish), counting into a tick's `tally`.
     fn publish_counted(&self, st: MutexGuard<'_, State>, frame: &Frame, tally: &mut tick::Tally) {
         let out = self.out();
@@ -251,6 +290,31 @@ impl State {
                 .map(|(id, m)| member_pb(*id, m))
                 .collect(),
         }
+    }
+
+    /// What `viewer` sees: in a spatial room the members in its view, by
+    /// id; in a plain room everyone.
+    fn snapshot_for(&self, viewer: MemberId, now_ms: u64) -> pb::Snapshot {
+        let Some(home) = self.spatial.as_ref().and_then(|s| s.home(viewer)) else {
+            return self.snapshot(now_ms);
+        };
+        let mut ids: Vec<MemberId> = self.spatial.iter().flat_map(|s| s.in_view(home)).collect();
+        ids.sort_unstable();
+        pb::Snapshot {
+            server_time_ms: now_ms,
+            members: ids
+                .iter()
+                .filter_map(|id| self.members.get(id).map(|m| member_pb(*id, m)))
+                .collect(),
+        }
+    }
+
+    /// Who is sent what happens to `subject`: `None` for everyone (a plain
+    /// room), else the members that see it.
+    fn audience(&self, subject: MemberId) -> Option<std::collections::HashSet<MemberId>> {
+        let spatial = self.spatial.as_ref()?;
+        let home = spatial.home(subject)?;
+        Some(spatial.in_view(home).collect())
     }
 
     /// The lowest free id of `slot` among `slots` (one slot: ids 0, 1, 2...).
@@ -284,9 +348,19 @@ fn next_lease(seat: u64) -> u64 {
     seat.wrapping_add(1 << LEASE_SHIFT)
 }
 
+/// `ms` since the Unix epoch in whole seconds (a u32 holds them until 2106).
+fn unix_secs(ms: u64) -> u32 {
+    u32::try_from(ms / 1000).unwrap_or(u32::MAX)
+}
+
 /// Where member `id` appears: on a golden-angle spiral around the spawn
 /// centre, so new arrivals do not stand on top of each other.
 fn spawn_point(settings: &RoomSettings, id: MemberId) -> Position {
+    spawn_around(settings.spawn, settings.world, id)
+}
+
+/// The spawn rule around `centre`, within `world`.
+fn spawn_around(centre: Position, world: Position, id: MemberId) -> Position {
     const GOLDEN_ANGLE: f64 = 2.399_963_229_728_653;
     const SPACING_CM: f64 = 80.0;
     let n = f64::from(id.0);
@@ -298,8 +372,8 @@ fn spawn_point(settings: &RoomSettings, id: MemberId) -> Position {
             .round() as u32
     };
     Position {
-        x: place(settings.spawn.x, r * a.cos(), settings.world.x),
-        y: place(settings.spawn.y, r * a.sin(), settings.world.y),
+        x: place(centre.x, r * a.cos(), world.x),
+        y: place(centre.y, r * a.sin(), world.y),
     }
 }
 
@@ -417,6 +491,7 @@ impl Rooms {
             self.metrics.rooms.inc();
             Arc::new(Room {
                 name: Arc::from(room),
+                world: self.world_of(room),
                 opened: tokio::sync::OnceCell::new(),
                 state: Mutex::new(State {
                     members: BTreeMap::new(),
@@ -428,6 +503,9 @@ impl Rooms {
                         Box::new(remote::Remote::new(c.room_subject(room), opening))
                     }),
                     places: Places::default(),
+                    spatial: self
+                        .spatial_settings(room)
+                        .map(|s| Box::new(spatial::Spatial::new(s.grid()))),
                 }),
                 out: Mutex::new(Out { sinks: Vec::new() }),
             })
@@ -470,15 +548,21 @@ impl Rooms {
                 Err(refusal) => self.metrics.resume_refuse(refusal.reason()),
             }
         }
+        let spatial_settings = st
+            .spatial
+            .as_ref()
+            .and_then(|_| self.settings.spatial.as_ref());
+        let capacity = spatial_settings.map_or(self.settings.capacity, |s| s.capacity);
         let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
-        if st.members.len() - usize::from(replacing.is_some()) >= self.settings.capacity {
+        if st.members.len() - usize::from(replacing.is_some()) >= capacity {
             return Err(JoinError::RoomFull {
                 room: room.to_owned(),
-                capacity: self.settings.capacity,
+                capacity,
             });
         }
         // The user's older member leaves first (its id may be reused), held
-        // or not.
+        // or not; in a spatial room, those who saw it see it leave.
+        let replaced_audience = replacing.and_then(|old| st.audience(old));
         let replaced = match replacing {
             Some(old) if st.members.remove(&old).is_some() => {
                 if st.places.forget(old) {
@@ -488,6 +572,9 @@ impl Rooms {
             }
             _ => None,
         };
+        if let (Some(old), Some(sp)) = (replaced, st.spatial.as_deref_mut()) {
+            sp.forget(old);
+        }
         let now_ms = self.clock.now_ms();
         let (slot, slots) = self.cluster.get().map_or((0, 1), |c| (c.slot(), c.slots()));
         let id = st.lowest_free_id(slot, slots);
@@ -501,14 +588,28 @@ impl Rooms {
             share_user,
             name: name.into_boxed_str(),
             data,
-            motion: Motion::standing(start.unwrap_or_else(|| spawn_point(&self.settings, id))),
+            motion: Motion::standing(start.unwrap_or_else(|| match spatial_settings {
+                Some(s) => spawn_around(
+                    Position {
+                        x: s.world.x / 2,
+                        y: s.world.y / 2,
+                    },
+                    s.world,
+                    id,
+                ),
+                None => spawn_point(&self.settings, id),
+            })),
             moved_at_ms: now_ms,
             pending: None,
             origin: None,
-            joined_at_ms: now_ms,
+            joined_at_s: unix_secs(now_ms),
         };
         let joined_pb = member_pb(id, &member);
+        if let Some(sp) = st.spatial.as_deref_mut() {
+            sp.place(id, member.motion.position);
+        }
         st.members.insert(id, member);
+        let audience = st.audience(id);
         if let Some(cluster) = self.cluster.get() {
             remote::published_join(cluster, &mut st, replaced, joined_pb.clone(), seat);
         }
@@ -538,10 +639,18 @@ impl Rooms {
                 .iter()
                 .position(|(m, _)| *m == old)
                 .map(|at| out.sinks.remove(at).1);
-            out.publish(&left, &self.metrics);
+            match &replaced_audience {
+                None => out.publish(&left, &self.metrics),
+                Some(to) => self.metrics.sent_to(out.write_to(&left, to), left.len()),
+            }
             old_sink
         });
-        out.publish(&joined, &self.metrics);
+        match &audience {
+            None => out.publish(&joined, &self.metrics),
+            Some(to) => self
+                .metrics
+                .sent_to(out.write_to(&joined, to), joined.len()),
+        }
         self.metrics.sent_to(1, welcome.len());
         sink.send_snapshot(welcome);
         out.sinks.push((id, sink));
@@ -576,16 +685,21 @@ impl Rooms {
         resume_token: Option<ResumeToken>,
         resumed: bool,
     ) -> Frame {
+        let spatial = st
+            .spatial
+            .as_ref()
+            .and_then(|_| self.settings.spatial.as_ref());
         encode_server(Body::Welcome(pb::Welcome {
             member_id: id.0,
             room: room.to_owned(),
-            limits: Some(self.settings.limits),
-            snapshot: Some(st.snapshot(self.clock.now_ms())),
+            limits: Some(spatial.map_or(self.settings.limits, |s| s.limits)),
+            snapshot: Some(st.snapshot_for(id, self.clock.now_ms())),
             server_version: crate::protocol::SERVER_VERSION.to_owned(),
             protocol_revision: crate::protocol::PROTOCOL_REVISION,
             token_expires_at_ms,
             resume_token: resume_token.map(|t| t.to_string()).unwrap_or_default(),
             resumed,
+            population: u32::try_from(st.members.len()).unwrap_or(u32::MAX),
         }))
     }
 
@@ -598,6 +712,10 @@ impl Rooms {
             // resume took the place to another connection.
             if st.members.get(&id).is_none_or(|m| m.seat != seat) {
                 return;
+            }
+            let audience = st.audience(id);
+            if let Some(sp) = st.spatial.as_deref_mut() {
+                sp.forget(id);
             }
             if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
                 st.users.remove(&user);
@@ -630,7 +748,10 @@ impl Rooms {
                     member_id: id.0,
                     reason: reason as i32,
                 }));
-                out.publish(&left, &self.metrics);
+                match &audience {
+                    None => out.publish(&left, &self.metrics),
+                    Some(to) => self.metrics.sent_to(out.write_to(&left, to), left.len()),
+                }
             }
             (now_empty, linger)
         };
@@ -701,6 +822,32 @@ impl Rooms {
         self.shutting_down.store(true, Ordering::Relaxed);
     }
 
+    /// The spatial settings `room` has, if it is a spatial room. Cluster
+    /// mode has none yet: every room of a cluster is plain.
+    fn spatial_settings(&self, room: &str) -> Option<&spatial::SpatialSettings> {
+        if self.cluster.get().is_some() {
+            return None;
+        }
+        self.settings.spatial.as_ref().filter(|s| s.matches(room))
+    }
+
+    /// Whether `room` is a spatial room (area of interest).
+    pub fn is_spatial(&self, room: &str) -> bool {
+        self.spatial_settings(room).is_some()
+    }
+
+    /// How many members `room` holds at most.
+    pub fn capacity_of(&self, room: &str) -> usize {
+        self.spatial_settings(room)
+            .map_or(self.settings.capacity, |s| s.capacity)
+    }
+
+    /// The world of `room` (a spatial room's, or the plain one), cm.
+    pub fn world_of(&self, room: &str) -> Position {
+        self.spatial_settings(room)
+            .map_or(self.settings.world, |s| s.world)
+    }
+
     /// Rooms by name with their member counts.
     pub fn list(&self) -> Vec<RoomInfo> {
         let rooms: Vec<Arc<Room>> = self.map.iter().map(|r| Arc::clone(r.value())).collect();
@@ -709,7 +856,7 @@ impl Rooms {
             .map(|r| RoomInfo {
                 name: r.name.to_string(),
                 members: r.state().members.len(),
-                capacity: self.settings.capacity,
+                capacity: self.capacity_of(&r.name),
             })
             .filter(|r| r.members > 0)
             .collect();
@@ -746,6 +893,11 @@ pub struct Membership {
 }
 
 impl Membership {
+    /// The world of this member's room, cm: moves must stay within it.
+    pub fn world(&self) -> Position {
+        self.room.world
+    }
+
     pub fn id(&self) -> MemberId {
         self.id
     }
@@ -776,7 +928,9 @@ impl Membership {
                 if let (Some(cluster), Some(op)) = (cluster, op) {
                     remote::published_chat(cluster, &mut st, op);
                 }
-                self.room.publish(st, &frame, &self.rooms.metrics);
+                // In a spatial room, chat is heard by those in view.
+                self.room
+                    .publish_about(st, self.id, &frame, &self.rooms.metrics);
             }
         })
         .await;
@@ -806,7 +960,8 @@ impl Membership {
                 remote::published_data(cluster, &mut st, msg.clone());
             }
             let frame = encode_server(Body::MemberData(msg));
-            self.room.publish(st, &frame, &self.rooms.metrics);
+            self.room
+                .publish_about(st, self.id, &frame, &self.rooms.metrics);
             self.rooms.metrics.data_changes.inc();
             Ok(())
         })
@@ -821,7 +976,9 @@ impl Membership {
             if !self.is_in(&st) {
                 return;
             }
-            let snapshot = encode_server(Body::Resync(st.snapshot(self.rooms.clock.now_ms())));
+            let snapshot = encode_server(Body::Resync(
+                st.snapshot_for(self.id, self.rooms.clock.now_ms()),
+            ));
             let out = self.room.out();
             drop(st);
             if let Some(sink) = out.sink(self.id) {
@@ -866,9 +1023,11 @@ impl Drop for Membership {
 pub mod admin;
 mod grid;
 mod hold;
+pub mod interest;
 mod remote;
 pub mod resume;
 pub mod sink;
+pub mod spatial;
 mod tick;
 
 #[cfg(test)]

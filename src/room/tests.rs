@@ -89,6 +89,7 @@ fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
             limits: pb::Limits::default(),
             resume_grace: Duration::ZERO,
             max_held: 0,
+            spatial: None,
         },
         Clock::start(),
         Arc::new(Metrics::default()),
@@ -404,6 +405,7 @@ fn spawn_points_are_spread_and_inside_the_world() {
         limits: pb::Limits::default(),
         resume_grace: Duration::ZERO,
         max_held: 0,
+        spatial: None,
     };
     let points: Vec<_> = (0..500)
         .map(|i| spawn_point(&settings, MemberId(i)))

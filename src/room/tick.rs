@@ -7,7 +7,7 @@
 //! task per tick, and a tick ends when every task has, so ticks never
 //! overlap and a room's frames stay in order.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ops::Range;
 use std::sync::{Arc, MutexGuard};
 
@@ -18,7 +18,11 @@ use tokio_util::sync::CancellationToken;
 use super::grid::TickGrid;
 use super::{Member, Room, Rooms, State, fan_out};
 use crate::metrics::Metrics;
-use crate::protocol::{MemberId, MotionRecord, encode_motion, motion_time};
+use bytes::Bytes;
+
+use super::spatial::Frames;
+use crate::protocol::pb::server_message::Body;
+use crate::protocol::{MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb};
 
 impl Rooms {
     /// Runs one tick at server time `now_ms`: applies every room's pending
@@ -108,7 +112,7 @@ impl Rooms {
         if st.remote.is_some() {
             return self.flush_clustered(room, st, now_ms, records, tally);
         }
-        if st.dirty.is_empty() {
+        if st.dirty.is_empty() && st.spatial.is_none() {
             return;
         }
         records.clear();
@@ -122,6 +126,9 @@ impl Rooms {
                 records.push(MotionRecord { member: id, motion });
             }
         }
+        if st.spatial.is_some() {
+            return self.flush_spatial(room, st, now_ms, records, tally);
+        }
         if records.is_empty() {
             return;
         }
@@ -129,6 +136,79 @@ impl Rooms {
         room.publish_counted(st, &encode_motion(time, records), tally);
         tally.moves += records.len() as u64;
         tally.batches += 1;
+    }
+
+    /// A spatial room's tick, its moves applied: members whose home
+    /// changed (by a move, or along a walk) come into and go out of view
+    /// (`Disappeared`, `Appeared`, before the batch), the count goes out
+    /// when it changed (at most once a second), and each member gets the
+    /// moves of the cells in its view: one frame per viewing cell, built
+    /// from chunks encoded once per cell, shared by everyone living there.
+    fn flush_spatial(
+        &self,
+        room: &Room,
+        mut st: MutexGuard<'_, State>,
+        now_ms: u64,
+        records: &[MotionRecord],
+        tally: &mut Tally,
+    ) {
+        let State {
+            members, spatial, ..
+        } = &mut *st;
+        let Some(sp) = spatial.as_deref_mut() else {
+            return;
+        };
+        let moved = sp.rehome(members, now_ms);
+        let mut before: HashMap<MemberId, Vec<Bytes>> = HashMap::new();
+        if !moved.is_empty() {
+            for (viewer, (came, went)) in sp.view_changes(&moved) {
+                let frames = before.entry(viewer).or_default();
+                if !went.is_empty() {
+                    frames.push(super::spatial::disappeared(&went));
+                }
+                if !came.is_empty() {
+                    frames.push(super::spatial::appeared(members, &came));
+                }
+            }
+        }
+        let population = (members.len() != sp.population_sent
+            && now_ms >= sp.population_at_ms.saturating_add(1_000))
+        .then(|| {
+            sp.population_sent = members.len();
+            sp.population_at_ms = now_ms;
+            encode_server(Body::Population(pb::Population {
+                members: u32::try_from(members.len()).unwrap_or(u32::MAX),
+            }))
+        });
+        if records.is_empty() && before.is_empty() && population.is_none() {
+            return;
+        }
+        let time = motion_time(now_ms, self.settings.motion_time_unit_ms);
+        let mut frames = (!records.is_empty()).then(|| Frames::new(sp, time, records));
+        let out = room.out();
+        let plan: Vec<(Vec<Bytes>, Option<Bytes>)> = out
+            .sinks
+            .iter()
+            .map(|(id, _)| {
+                let batch = frames
+                    .as_mut()
+                    .zip(sp.home(*id))
+                    .and_then(|(f, home)| f.for_home(&sp.grid, home));
+                (before.remove(id).unwrap_or_default(), batch)
+            })
+            .collect();
+        drop(st);
+        let mut batches = 0_u64;
+        for ((_, sink), (first, batch)) in out.sinks.iter().zip(plan) {
+            for frame in first.iter().chain(&population).chain(&batch) {
+                sink.send(frame);
+                tally.frames += 1;
+                tally.bytes += frame.len() as u64;
+            }
+            batches += u64::from(batch.is_some());
+        }
+        tally.moves += records.len() as u64;
+        tally.batches += u64::from(batches > 0);
     }
 
     /// A tick in cluster mode: the local moves cut before the tick (already

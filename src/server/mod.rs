@@ -156,8 +156,10 @@ pub async fn serve_started(
         config,
         metrics,
         gate,
-        metrics_token,
-        api_key,
+        shared::Keys {
+            metrics: metrics_token,
+            api: api_key,
+        },
         capacity,
         open_files,
     );

@@ -21,7 +21,7 @@ use crate::config::Config;
 use crate::edge::bearer::BearerToken;
 use crate::edge::host::AllowedHosts;
 use crate::metrics::Metrics;
-use crate::protocol::{Position, Rules};
+use crate::protocol::{Position, Rules, pb};
 use crate::room::{RoomSettings, Rooms};
 
 use super::capacity::Capacity;
@@ -61,6 +61,13 @@ pub struct Shared {
     pub api_budget: std::sync::Mutex<Gcra>,
 }
 
+/// The bearer tokens read at start: `/metrics`'s and the server API's.
+#[derive(Default)]
+pub(crate) struct Keys {
+    pub(crate) metrics: Option<BearerToken>,
+    pub(crate) api: Option<BearerToken>,
+}
+
 /// The shared state of a server, with no listener: [`serve`](super::serve)
 /// builds it, and tests serve connections over in-memory pipes with it.
 /// `local` is the address the server listens on (it decides the default
@@ -70,8 +77,7 @@ pub(crate) fn state(
     config: Config,
     metrics: Arc<Metrics>,
     gate: Gate,
-    metrics_token: Option<BearerToken>,
-    api_key: Option<BearerToken>,
+    keys: Keys,
     capacity: Capacity,
     open_files: Option<u64>,
 ) -> Arc<Shared> {
@@ -99,6 +105,28 @@ pub(crate) fn state(
             limits: config.limits(),
             resume_grace: config.room.resume_grace(),
             max_held: config.max_connections as usize,
+            spatial: (!config.room.spatial_rooms.is_empty()).then(|| {
+                let world = Position {
+                    x: config.room.spatial_world_width,
+                    y: config.room.spatial_world_height,
+                };
+                let grid = crate::room::interest::Grid::new(world, config.room.interest_radius);
+                crate::room::spatial::SpatialSettings {
+                    patterns: config.room.spatial_rooms.clone(),
+                    world,
+                    capacity: config.room.spatial_capacity as usize,
+                    radius_cm: config.room.interest_radius,
+                    limits: pb::Limits {
+                        world_width: world.x,
+                        world_height: world.y,
+                        room_capacity: config.room.spatial_capacity,
+                        interest_radius: grid.radius_cm(),
+                        interest_cell: grid.cell_cm,
+                        interest_margin: grid.margin_cm,
+                        ..config.limits()
+                    },
+                }
+            }),
         },
         clock,
         Arc::clone(&metrics),
@@ -119,7 +147,7 @@ pub(crate) fn state(
     Arc::new(Shared {
         sanctions,
         api,
-        api_key,
+        api_key: keys.api,
         api_budget,
         rules: config.rules(),
         gate,
@@ -130,7 +158,7 @@ pub(crate) fn state(
         connection_slots: Arc::new(Semaphore::new(capacity.websockets as usize)),
         shutdown: CancellationToken::new(),
         sockets: TaskTracker::new(),
-        metrics_token,
+        metrics_token: keys.metrics,
         hosts: AllowedHosts::new(&config.edge.allowed_hosts, local),
         cluster: std::sync::OnceLock::new(),
         config,

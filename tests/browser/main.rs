@@ -9,6 +9,7 @@
 //! docs/client.md's minimal page run as written; [`bfcache`] is a page
 //! that navigates away and comes back from the back/forward cache.
 
+mod api;
 mod bfcache;
 mod cluster;
 mod data;

@@ -32,7 +32,7 @@ impl Files {
         Self { dir }
     }
 
-    fn write(&self, name: &str, content: &[u8]) -> PathBuf {
+    pub(crate) fn write(&self, name: &str, content: &[u8]) -> PathBuf {
         let path = self.dir.path().join(name);
         std::fs::write(&path, content).expect("write");
         path
@@ -50,8 +50,12 @@ fn key(name: &str) -> Vec<u8> {
 
 /// A server that requires HS256 tokens signed with `SECRET`.
 pub(crate) async fn hs256_server(files: &Files) -> TestServer {
-    let path = files.write("secret", SECRET);
-    TestServer::with(config(|c| c.auth.auth_hs256_secret_file = Some(path))).await
+    TestServer::with(config(|c| hs256(files, c))).await
+}
+
+/// Makes `c` require HS256 tokens signed with `SECRET`.
+pub(crate) fn hs256(files: &Files, c: &mut amble::config::Config) {
+    c.auth.auth_hs256_secret_file = Some(files.write("secret", SECRET));
 }
 
 pub(crate) fn claims(sub: &str) -> Claims {
@@ -70,7 +74,7 @@ pub(crate) fn token(claims: &Claims) -> String {
     mint_hs256(SECRET, claims).expect("mint")
 }
 
-async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
+pub(crate) async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
     c.send(C::Join(pb::Join {
         data: Vec::new(),
         start: None,
@@ -82,7 +86,7 @@ async fn send_join(c: &mut Client, room: &str, name: &str, token: &str) {
     .await;
 }
 
-async fn join_with(c: &mut Client, room: &str, name: &str, token: &str) -> pb::Welcome {
+pub(crate) async fn join_with(c: &mut Client, room: &str, name: &str, token: &str) -> pb::Welcome {
     send_join(c, room, name, token).await;
     c.welcome().await
 }

@@ -1,6 +1,7 @@
 //! Integration tests: the real server on 127.0.0.1:0, real WebSocket
 //! clients (tokio-tungstenite). Every wait goes through a timeout.
 
+mod api;
 mod auth;
 mod bad_input;
 mod binary;
@@ -18,4 +19,5 @@ mod movement;
 mod node_sdk;
 mod proxy;
 mod resume;
+mod spatial;
 mod support;

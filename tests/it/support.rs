@@ -76,8 +76,10 @@ pub struct Client {
     pub ws: Ws,
 }
 
-/// What a client saw arrive.
+/// What a client saw arrive. Unboxed: one at a time, in tests, so the
+/// size of a `ServerMessage` costs nothing worth an allocation each.
 #[derive(Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum Event {
     Message(pb::ServerMessage),
     Closed(Option<CloseFrame>),

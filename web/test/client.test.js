@@ -157,7 +157,7 @@ function setup(options = {}) {
   const events = [];
   for (const type of [
     'state', 'welcome', 'joined', 'left', 'moved', 'chat', 'resync', 'error', 'closed', 'pong', 'data',
-    'tokenExpiring', 'tokenRefreshed',
+    'tokenExpiring', 'tokenRefreshed', 'system', 'appeared', 'disappeared', 'population',
   ]) {
     client.on(type, (...args) => events.push([type, ...args]));
   }
@@ -735,6 +735,87 @@ test('replaced by your own newer connection (REPLACED, close 4000): closed, not 
   time.advance(120_000);
   assert.equal(sockets.length, 1);
   assert.equal(LeaveReason.REPLACED, 6);
+});
+
+// Issue #17: a spatial room sends what comes into view and goes out of it.
+test('spatial: Appeared adds members without a joined, Disappeared removes them without a left', () => {
+  const { client, last, of } = joined();
+  assert.equal(client.population, 3);
+  last().receive({ appeared: { members: [wire(7, 'Far', 9000, 9000), wire(1, 'Me', 0, 0)] } });
+  assert.equal(client.members.get(7).name, 'Far');
+  assert.equal(client.me.positionAt(client.serverNow()).x, 2500, 'yourself is never replaced');
+  assert.deepEqual(of('appeared').map((e) => e[1].id), [7]);
+  assert.equal(of('joined').length, 0);
+  last().receive({ disappeared: { memberIds: [7, 1, 99] } });
+  assert.equal(client.members.has(7), false);
+  assert.equal(client.members.has(1), true, 'yourself stays');
+  assert.deepEqual(of('disappeared').map((e) => e[1].id), [7]);
+  assert.equal(of('left').length, 0);
+  last().receive({ population: { members: 9412 } });
+  assert.equal(client.population, 9412);
+  assert.deepEqual(of('population').map((e) => e[1]), [9412]);
+});
+
+// Issue #18: the app's removals through the server API end the session for good.
+for (const [name, code, close, reason, text] of [
+  ['kicked', ErrorCode.KICKED, 4004, 'kicked', /removed from this room: spamming/],
+  ['banned', ErrorCode.BANNED, 4005, 'banned', /banned by the app for 600 s more/],
+  ['room closed', ErrorCode.ROOM_CLOSED, 4006, 'room closed', /room was closed/],
+]) {
+  test(`${name} by the app (close ${close}): closed with the reason, not retried`, () => {
+    const { client, last, of, time, sockets } = joined({ token: 't' });
+    const message = code === ErrorCode.KICKED
+      ? 'removed from the room by the app: spamming'
+      : 'you are banned by the app for 600 s more: spam';
+    last().receive({ error: { code, message } });
+    last().drop(close, reason);
+    const [[, closed]] = of('closed');
+    assert.equal(closed.willReconnect, false);
+    assert.match(closed.text, text);
+    assert.equal(client.state, State.CLOSED);
+    time.advance(120_000);
+    assert.equal(sockets.length, 1, 'no reconnect');
+  });
+}
+
+test('a closing code alone (no Error first) is not retried either', () => {
+  for (const close of [4004, 4005, 4006]) {
+    const { of, time, sockets, last } = joined();
+    last().drop(close, '');
+    assert.equal(of('closed')[0][1].willReconnect, false, `close ${close}`);
+    time.advance(120_000);
+    assert.equal(sockets.length, 1);
+  }
+});
+
+test('a Join refused as BANNED keeps the socket and says why', () => {
+  const { client, last, of } = setup({ token: 't' });
+  client.join('lobby', 'Me');
+  last().open();
+  last().receive({ error: { code: ErrorCode.BANNED, message: 'you are banned by the app for 60 s more: spam' } });
+  const [[, err]] = of('error');
+  assert.equal(err.refused, true);
+  assert.match(err.text, /can't join: you are banned by the app for 60 s more: spam/);
+});
+
+test('MUTED: the chat was dropped, the session goes on', () => {
+  const { client, last, of } = joined();
+  last().receive({ error: { code: ErrorCode.MUTED, message: 'you are muted by the app for 30 s more: message dropped' } });
+  const [[, err]] = of('error');
+  assert.equal(err.refused, false);
+  assert.match(err.text, /can't chat now: you are muted/);
+  assert.equal(client.state, State.JOINED);
+});
+
+test("system messages are the app's, with whether they were for you alone", () => {
+  const { last, of } = joined();
+  last().receive({ system: { text: 'Doors close soon.', serverTimeMs: EPOCH + 10, direct: false } });
+  last().receive({ system: { text: 'Just you.', serverTimeMs: EPOCH + 20, direct: true } });
+  assert.deepEqual(of('system').map((e) => e[1]), [
+    { text: 'Doors close soon.', serverTimeMs: EPOCH + 10, direct: false },
+    { text: 'Just you.', serverTimeMs: EPOCH + 20, direct: true },
+  ]);
+  assert.equal(of('chat').length, 0, 'never a chat line of a member');
 });
 
 // Issue #18: the server says a token expires; getToken renews it.

@@ -66,8 +66,9 @@ test('the vectors cover every message body', () => {
     'chat', 'join', 'leave', 'move', 'ping', 'refresh', 'setData',
   ]);
   assert.deepEqual([...bodies.ServerMessage].sort(), [
-    'chat', 'error', 'joined', 'left', 'memberData', 'motion', 'pong', 'renumbered', 'resync',
-    'system', 'tokenExpiring', 'tokenRefreshed', 'welcome',
+    'appeared', 'chat', 'disappeared', 'error', 'joined', 'left', 'memberData', 'motion',
+    'pong', 'population', 'renumbered', 'resync', 'system', 'tokenExpiring', 'tokenRefreshed',
+    'welcome',
   ]);
 });
 

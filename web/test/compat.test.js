@@ -8,41 +8,47 @@ import { AmbleClient, PROTOCOL_REVISION, State, VERSION, compatibility } from '.
 import { encodeServerMessage } from '../codec.js';
 
 test('a server at this revision or a newer one is fine', () => {
-  assert.equal(PROTOCOL_REVISION, 4);
-  assert.equal(compatibility(4, '0.1.0'), null);
-  assert.equal(compatibility(5, '9.0.0'), null);
+  assert.equal(PROTOCOL_REVISION, 5);
+  assert.equal(compatibility(5, '0.1.0'), null);
+  assert.equal(compatibility(6, '9.0.0'), null);
 });
 
-test('a server at revision 3 lacks only held places and system messages', () => {
+test('a server at revision 4 lacks only spatial rooms', () => {
+  assert.deepEqual(compatibility(4, '0.1.0').missing, ['spatial rooms (area of interest)']);
+  assert.equal(compatibility(4, '0.1.0').sdkRevision, 5);
+});
+
+test('a server at revision 3 lacks held places and system messages too', () => {
   assert.deepEqual(compatibility(3, '0.1.0').missing, [
     'resuming a held place after a drop', "the app's system messages",
+    'spatial rooms (area of interest)',
   ]);
-  assert.equal(compatibility(3, '0.1.0').sdkRevision, 4);
 });
 
 test('a server at revision 2 lacks token refresh too', () => {
   assert.deepEqual(compatibility(2, '0.1.0').missing, [
     'token expiry notices and RefreshToken', 'resuming a held place after a drop',
-    "the app's system messages",
+    "the app's system messages", 'spatial rooms (area of interest)',
   ]);
 });
 
-test('a server before revision 2 sends no revision: it reads as 1 and lacks what 2, 3 and 4 added', () => {
+test('a server before revision 2 sends no revision: it reads as 1 and lacks what 2 to 5 added', () => {
   assert.deepEqual(compatibility(0, ''), {
     serverVersion: null,
     serverRevision: 1,
     sdkVersion: VERSION,
-    sdkRevision: 4,
+    sdkRevision: 5,
     missing: [
       'Join.start (where to appear)', 'member data', 'the server version in Welcome',
       'token expiry notices and RefreshToken', 'resuming a held place after a drop',
-      "the app's system messages",
+      "the app's system messages", 'spatial rooms (area of interest)',
     ],
     text:
-      "this amble server (a release before 0.1.0) speaks protocol revision 1, older than this SDK's 4 " +
+      "this amble server (a release before 0.1.0) speaks protocol revision 1, older than this SDK's 5 " +
       `(amble SDK ${VERSION}): it may not support Join.start (where to appear), member data, ` +
       'the server version in Welcome, token expiry notices and RefreshToken, resuming a held place ' +
-      "after a drop, the app's system messages. The SDK works on without them.",
+      "after a drop, the app's system messages, spatial rooms (area of interest). The SDK works on " +
+      'without them.',
   });
   assert.equal(compatibility(1, '0.0.9').serverVersion, '0.0.9');
   assert.match(compatibility(1, '0.0.9').text, /^amble server 0\.0\.9 speaks protocol revision 1/);

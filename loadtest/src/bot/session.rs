@@ -366,6 +366,19 @@ impl<'a> Session<'a> {
                     }
                 }
                 Some(Body::Left(left)) => self.ledger.left(MemberId(left.member_id)),
+                // A spatial room: members coming into view are owed
+                // updates from now on, as joiners are; those going out of
+                // view are owed nothing more, as leavers.
+                Some(Body::Appeared(appeared)) => {
+                    for m in &appeared.members {
+                        self.ledger.joined(seen(self.run, m));
+                    }
+                }
+                Some(Body::Disappeared(gone)) => {
+                    for id in gone.member_ids {
+                        self.ledger.left(MemberId(id));
+                    }
+                }
                 Some(Body::Chat(_)) => chat = 1,
                 Some(Body::Resync(snapshot)) => {
                     resync = true;
@@ -393,7 +406,8 @@ impl<'a> Session<'a> {
                     | Body::TokenExpiring(_)
                     | Body::TokenRefreshed(_)
                     | Body::System(_)
-                    | Body::Renumbered(_),
+                    | Body::Renumbered(_)
+                    | Body::Population(_),
                 )
                 | None => {}
             }

@@ -39,8 +39,7 @@ fn server() -> (Arc<Shared>, Arc<Http>) {
         config,
         Arc::new(crate::metrics::Metrics::default()),
         crate::access::auth::Gate::Open,
-        None,
-        None,
+        crate::server::shared::Keys::default(),
         capacity,
         None,
     );

@@ -114,7 +114,7 @@ impl Apply<'_> {
                     moved_at_ms: m.moved_at_ms,
                     pending: None,
                     origin: Some(Arc::clone(self.node)),
-                    joined_at_ms: self.now_ms,
+                    joined_at_s: super::super::unix_secs(self.now_ms),
                 };
                 self.frames.push(encode_server(Body::Joined(pb::Joined {
                     member: Some(member_pb(m.id, &member)),

@@ -67,6 +67,7 @@ impl Node {
                 limits: pb::Limits::default(),
                 resume_grace: Duration::ZERO,
                 max_held: 0,
+                spatial: None,
             },
             Clock::start(),
             Arc::clone(&metrics),
@@ -740,7 +741,7 @@ fn ids_in_a_slot_are_lowest_free_first() {
         moved_at_ms: 0,
         pending: None,
         origin: None,
-        joined_at_ms: 0,
+        joined_at_s: 0,
     };
     assert_eq!(lowest_free_in_slot(&members, 3, 16), MemberId(3));
     members.insert(MemberId(3), m());

@@ -11,7 +11,9 @@ use crate::access::auth::data_claim;
 use crate::access::auth::refresh::expires_at_ms;
 use crate::access::sanctions::banned_text;
 use crate::access::throttle::Verdict;
-use crate::protocol::{Data, ErrorCode, LeaveReason, Position, check_position, validate_name};
+use crate::protocol::{
+    Data, DecodeError, ErrorCode, LeaveReason, Position, check_position, validate_name,
+};
 use crate::room::resume::ResumeToken;
 use crate::room::sink::Removal;
 use crate::room::{Arrival, JoinError};
@@ -64,10 +66,14 @@ impl Connection {
                     y: claimed.y,
                 };
                 let p = check_position(p, &self.shared.rules)
+                    .and_then(|p| self.within_room(room, p))
                     .map_err(|err| (err.code(), format!("the token's start claim: {err}")))?;
                 Some(p)
             }
-            None => asked_start,
+            None => asked_start
+                .map(|p| self.within_room(room, p))
+                .transpose()
+                .map_err(|err| (err.code(), err.to_string()))?,
         };
         let rules = &self.shared.rules;
         let claimed = match admission.data {
@@ -103,6 +109,19 @@ impl Connection {
             data,
             claimed,
         })
+    }
+
+    /// `p` if it lies within `room`'s world (each room has its own; the
+    /// decoder checked only the largest).
+    fn within_room(&self, room: &str, p: Position) -> Result<Position, DecodeError> {
+        let world = self.shared.rooms.world_of(room);
+        if p.x > world.x || p.y > world.y {
+            return Err(DecodeError::InvalidPosition {
+                width: world.x,
+                height: world.y,
+            });
+        }
+        Ok(p)
     }
 
     /// The ban on `user` in force now, if any.

@@ -273,6 +273,20 @@ pub async fn refuse(mut socket: Socket, shared: Arc<Shared>) {
     let _ = timeout(bounded, socket.send(close)).await;
 }
 
+/// Why `motion` does not fit in a room's `world` (every room checks its
+/// own: the decoder checks only the largest world any room has).
+fn outside(motion: &Motion, world: crate::protocol::Position) -> Option<String> {
+    let fits = |p: crate::protocol::Position| p.x <= world.x && p.y <= world.y;
+    let ok = fits(motion.position) && motion.walk.is_none_or(|w| fits(w.target));
+    (!ok).then(|| {
+        crate::protocol::DecodeError::InvalidPosition {
+            width: world.x,
+            height: world.y,
+        }
+        .to_string()
+    })
+}
+
 /// When a connection's first keepalive check falls: one `period` from now,
 /// rounded up to a whole second of server time (or to a whole `period`,
 /// when shorter). Connections then share their checks' instants, and a
@@ -607,6 +621,12 @@ impl Connection {
                 let Some(m) = &self.membership else {
                     return self.refuse(ErrorCode::NotJoined, "Move before Join").await;
                 };
+                // Outside this room's world: refused like any bad move, so
+                // not counted as received (the decoder checked only the
+                // largest world any room has).
+                if let Some(refused) = outside(&motion, m.world()) {
+                    return self.refuse(ErrorCode::InvalidPosition, refused).await;
+                }
                 self.shared.metrics.moves_received.inc();
                 trace!(seq, "move");
                 match self.moves.arrive(now) {
