@@ -773,8 +773,12 @@ export class AmbleClient {
       !(expired && this.getToken === null);
     const retryInMs = retry ? backoffDelay(this.attempt, this.reconnect, this.random) : null;
     const url = this.url;
-    // Each retry goes to the next server in the list (the same one when there is one).
-    if (retry) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
+    // Each retry goes to the next server in the list (the same one when there is one),
+    // except the first after a drop from a server that is not going away (1001) while
+    // this client holds a resume token: that server holds the place, the others
+    // cannot give it back, so it is asked first.
+    const resumeHere = this.resumeToken !== null && this.wsOpened && this.attempt === 0 && code !== 1001;
+    if (retry && !resumeHere) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
     this.lastClose = {
       code,
       reason: ev.reason ?? '',

@@ -248,10 +248,16 @@ test('an unload (not persisted) leaves, even with a resume token', () => {
 
 test('every reconnect and failover sends the newest token; a new join, a leave or a close sends none', () => {
   const { client, timers, last } = held({ url: ['ws://a/ws', 'ws://b/ws'] });
+  const retry = () => {
+    const [[id, { fn }]] = [...timers.entries()].filter(([, t]) => t.ms > 100);
+    timers.delete(id);
+    fn();
+  };
   last().onclose({ code: 1006, reason: '' });
-  const [[id, { fn }]] = [...timers.entries()].filter(([, t]) => t.ms > 100);
-  timers.delete(id);
-  fn();
+  retry();
+  assert.equal(last().url, 'ws://a/ws', 'the node that holds the place first');
+  last().onclose({ code: 1006, reason: '' });
+  retry();
   assert.equal(last().url, 'ws://b/ws', 'failover to the next node');
   last().open();
   assert.equal(last().sentOf('join')[0].resumeToken, TOKEN);
@@ -294,4 +300,26 @@ test('close 4001 (the place resumed from a newer connection) is not retried', ()
   last().onclose({ code: 4001, reason: 'resumed by a newer connection' });
   assert.equal(client.state, State.CLOSED);
   assert.equal([...timers.values()].filter((t) => t.ms > 100).length, 0);
+});
+
+test('several urls with a resume token: the first retry after a drop goes back to the same server, the next ones on', () => {
+  const { client, last, timers } = held({ url: ['ws://a/ws', 'ws://b/ws'] });
+  const retry = () => {
+    const [[id, { fn }]] = [...timers.entries()].filter(([, t]) => t.ms > 100);
+    timers.delete(id);
+    fn();
+  };
+  last().onclose({ code: 1006, reason: '' });
+  assert.equal(client.url, 'ws://a/ws', 'the server that holds the place first');
+  retry();
+  assert.equal(last().url, 'ws://a/ws');
+  last().onclose({ code: 1006, reason: '' }); // it is gone: never opened
+  assert.equal(client.url, 'ws://b/ws', 'then the next one');
+  retry();
+  last().open();
+  assert.equal(last().sentOf('join')[0].resumeToken, TOKEN);
+  // A server going away (1001) is left for the next one at once.
+  last().receive(resumable(9, [wire(0, 'Ada', 10, 10), wire(9, 'Me', 100, 200)], NEXT));
+  last().onclose({ code: 1001, reason: 'server shutting down' });
+  assert.equal(client.url, 'ws://a/ws');
 });
