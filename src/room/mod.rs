@@ -685,10 +685,7 @@ impl Rooms {
         resume_token: Option<ResumeToken>,
         resumed: bool,
     ) -> Frame {
-        let spatial = st
-            .spatial
-            .as_ref()
-            .and_then(|_| self.settings.spatial.as_ref());
+        let spatial = st.spatial.as_ref().and(self.settings.spatial.as_ref());
         encode_server(Body::Welcome(pb::Welcome {
             member_id: id.0,
             room: room.to_owned(),
