@@ -20,10 +20,13 @@
 //!   (the only code that touches a socket).
 //! - [`room`]: rooms and members, the sink seam, the tick, other nodes'
 //!   parts of a room.
+//! - [`hooks`]: webhooks (`--webhook-url`): events queued, signed, POSTed.
 //! - [`cluster`]: cluster mode (`--nats`): the NATS link, the peer directory,
 //!   the node-to-node wire format.
 //! - `access`: who may do what, how often: tokens ([`auth`]), client
 //!   addresses and their caps, rate budgets.
+//! - `outbound`: connections to other servers (a key set, a webhook
+//!   receiver): URLs accepted, TCP and TLS.
 //! - [`protocol`]: the `amble.v1` wire types, validation, encoding. No I/O.
 //! - [`config`]: every setting, as a flag and an `AMBLE_*` variable.
 //! - [`metrics`], [`clock`]: counters in Prometheus text; server time.
@@ -39,7 +42,9 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 mod edge;
+pub mod hooks;
 pub mod metrics;
+mod outbound;
 pub mod protocol;
 pub mod room;
 mod server;

@@ -66,6 +66,19 @@ pub struct ReasonLabels {
     pub reason: String,
 }
 
+/// Labels of `amble_webhook_events_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// The event's `type`, e.g. `member.joined`.
+    pub event: &'static str,
+}
+
+/// Labels of `amble_webhook_deliveries_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
 #[derive(Default)]
 pub struct Metrics {
     pub connections: Gauge,
@@ -173,6 +186,20 @@ pub struct Metrics {
     pub cluster_id_conflicts: Counter,
     pub cluster_name_clashes: Counter,
     pub cluster_slots_exhausted: Counter,
+
+    // ---- Webhooks (--webhook-url) ----
+    /// Registered only with webhooks (see [`Metrics::enable_webhooks`]).
+    pub webhooks_on: std::sync::atomic::AtomicBool,
+    /// Events queued, by type (`member.joined`, ...).
+    pub webhook_events: Family<EventLabels, Counter<u64, AtomicU64>>,
+    /// Events dropped, by reason (`queue_full`, `refused`).
+    pub webhook_dropped: Family<ReasonLabels, Counter<u64, AtomicU64>>,
+    /// Delivery attempts, by outcome (`ok`, `status`, `timeout`, `connect`, `http`).
+    pub webhook_deliveries: Family<OutcomeLabels, Counter<u64, AtomicU64>>,
+    /// Attempts that were retries of a batch.
+    pub webhook_retries: Counter,
+    /// Events waiting or in flight.
+    pub webhook_queue_depth: Gauge,
 
     registry: std::sync::OnceLock<Registry>,
 }
@@ -282,6 +309,35 @@ impl Metrics {
     pub fn enable_cluster(&self) {
         self.cluster_on
             .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Registers the webhook metrics: call before the first render.
+    pub fn enable_webhooks(&self) {
+        self.webhooks_on
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Counts one webhook event of type `event` queued.
+    pub fn webhook_emitted(&self, event: &'static str) {
+        self.webhook_events
+            .get_or_create(&EventLabels { event })
+            .inc();
+    }
+
+    /// Counts `n` webhook events dropped for `reason`.
+    pub fn webhook_dropped(&self, reason: &str, n: u64) {
+        self.webhook_dropped
+            .get_or_create(&ReasonLabels {
+                reason: reason.to_owned(),
+            })
+            .inc_by(n);
+    }
+
+    /// Counts one webhook delivery attempt that ended in `outcome`.
+    pub fn webhook_delivery(&self, outcome: &'static str) {
+        self.webhook_deliveries
+            .get_or_create(&OutcomeLabels { outcome })
+            .inc();
     }
 
     /// Counts one frame sent to a client.
@@ -608,6 +664,35 @@ impl Metrics {
                 for (name, help, counter) in counters {
                     r.register(name, help, counter.clone());
                 }
+            }
+
+            // ---- Webhooks ----
+            if self.webhooks_on.load(std::sync::atomic::Ordering::Relaxed) {
+                r.register(
+                    "webhook_events",
+                    "Webhook events queued for the receiver, by type",
+                    self.webhook_events.clone(),
+                );
+                r.register(
+                    "webhook_dropped",
+                    "Webhook events dropped, by reason (queue_full: the oldest waiting event made way for a new one; refused: the receiver answered 4xx)",
+                    self.webhook_dropped.clone(),
+                );
+                r.register(
+                    "webhook_deliveries",
+                    "Webhook POST attempts, by outcome (ok: 2xx; status: another status; timeout; connect: no connection or TLS; http: a broken exchange)",
+                    self.webhook_deliveries.clone(),
+                );
+                r.register(
+                    "webhook_retries",
+                    "Webhook POST attempts that sent a batch again after a failure",
+                    self.webhook_retries.clone(),
+                );
+                r.register(
+                    "webhook_queue_depth",
+                    "Webhook events waiting for delivery or in flight",
+                    self.webhook_queue_depth.clone(),
+                );
             }
 
             r.register_collector(Box::new(ProcessCollector));

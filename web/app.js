@@ -1121,7 +1121,10 @@ function renderHud() {
   h.state.textContent = STATE_TEXT[st] ?? st;
   h.dot.className = st === State.JOINED ? 'dot ok' : st === State.CLOSED ? 'dot err' : 'dot';
   h.rtt.textContent = client.rttMs === null ? '–' : `${client.rttMs < 10 ? client.rttMs.toFixed(1) : Math.round(client.rttMs)} ms`;
-  h.members.textContent = `${client.members.size}`;
+  h.members.textContent =
+    client.limits.interestRadius > 0
+      ? `${client.members.size} of ${client.population} in view`
+      : `${client.members.size}`;
   h.inUps.textContent = formatRate(rate('upIn'));
   h.inBps.textContent = formatBytes(rate('bytesIn'));
   h.outUps.textContent = formatRate(rate('upOut'));

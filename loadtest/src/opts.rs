@@ -240,6 +240,11 @@ pub enum Preset {
     Xmpp1000,
     /// --bots bots (default 15,000), rooms of 30, a move every second.
     Rush,
+    /// --bots bots (default 2,000) in one spatial room, `plaza` (the
+    /// server's default `--spatial-rooms plaza*`), spread as crowds are:
+    /// most around a few dense spots, the rest anywhere, walking a move a
+    /// second. The report adds what the area of interest did (`interest`).
+    Plaza,
 }
 
 /// Source addresses to bind before connecting, all in 127.0.0.0/8.
@@ -344,8 +349,12 @@ impl Opts {
             bots <= 200_000,
             "--bots {bots} is more than this tool allows (200000)"
         );
+        let one_room = self.room.clone().or(preset
+            .room
+            .filter(|_| self.rooms.is_none() && self.room_size.is_none())
+            .map(str::to_owned));
         let (rooms, room_size) = match (self.rooms, self.room_size) {
-            _ if self.room.is_some() => (1, bots),
+            _ if one_room.is_some() => (1, bots),
             (Some(rooms), _) => {
                 ensure!(rooms >= 1, "--rooms must be at least 1");
                 let rooms = rooms.min(bots);
@@ -396,7 +405,7 @@ impl Opts {
             .warmup
             .unwrap_or_else(|| move_interval.clamp(MIN_WARMUP, MAX_WARMUP));
 
-        let room_names = match (&self.room, &self.room_prefix) {
+        let room_names = match (&one_room, &self.room_prefix) {
             (Some(name), _) => {
                 check_room_name(name, "--room")?;
                 RoomNames::One(name.clone())
@@ -445,6 +454,7 @@ impl Opts {
             start_unix_ms: 0,
             room_range: 0..rooms,
             room_names,
+            crowds: preset.crowds,
             tolerate: Tolerance {
                 disconnects: self.tolerate_disconnects,
                 connect_failures: self.tolerate_connect_failures,
@@ -483,6 +493,10 @@ struct PresetValues {
     move_interval: Option<Duration>,
     movement: Option<Movement>,
     duration: Option<Duration>,
+    /// One room of this name (as --room).
+    room: Option<&'static str>,
+    /// Bots start in crowds (a spatial room).
+    crowds: bool,
 }
 
 impl PresetValues {
@@ -509,6 +523,15 @@ impl PresetValues {
                 room_size: Some(30),
                 move_interval: Some(Duration::from_secs(1)),
                 duration: Some(Duration::from_secs(20)),
+                ..Self::default()
+            },
+            Preset::Plaza => Self {
+                bots: Some(2_000),
+                move_interval: Some(Duration::from_secs(1)),
+                movement: Some(Movement::Walk),
+                duration: Some(Duration::from_secs(20)),
+                room: Some("plaza"),
+                crowds: true,
                 ..Self::default()
             },
         }
@@ -538,6 +561,24 @@ mod tests {
         fn plan_here(&self) -> anyhow::Result<Plan> {
             self.plan_with(files(1 << 20, 1 << 20))
         }
+    }
+
+    #[test]
+    fn the_plaza_preset_is_one_spatial_room_in_crowds() {
+        let plan = opts(&["--preset", "plaza"]).plan_here().unwrap();
+        assert_eq!((plan.bots, plan.rooms, plan.room_size), (2_000, 1, 2_000));
+        assert_eq!(plan.room_name(0), "plaza");
+        assert!(plan.crowds);
+        assert_eq!(plan.movement, Movement::Walk);
+        // --rooms still splits them, into rooms of the run's own names.
+        let plan = opts(&["--preset", "plaza", "--rooms", "4"])
+            .plan_here()
+            .unwrap();
+        assert_eq!(plan.rooms, 4);
+        let plan = opts(&["--preset", "plaza", "--room", "plaza-b"])
+            .plan_here()
+            .unwrap();
+        assert_eq!(plan.room_name(0), "plaza-b");
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct Plan {
     /// How the rooms are named.
     #[serde(default)]
     pub room_names: RoomNames,
+    /// Bots start in crowds, not where the server puts them (`--preset
+    /// plaza`).
+    #[serde(default)]
+    pub crowds: bool,
     /// What does not fail the run.
     #[serde(default)]
     pub tolerate: Tolerance,
@@ -475,6 +479,7 @@ mod tests {
             start_unix_ms: 0,
             room_range: 0..rooms,
             room_names: RoomNames::Run,
+            crowds: false,
             tolerate: Tolerance::default(),
             drops_per_sec: 0.0,
         }

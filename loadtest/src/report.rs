@@ -51,6 +51,23 @@ pub struct SelfUsage {
     pub processes: u32,
 }
 
+/// What the area of interest did in a spatial room (`--preset plaza`).
+/// `due` is what the bots' views (as the server told them) owed them, and
+/// `delivered` what came; `leaked` counts records of members outside the
+/// interest rule's band (with a slack for ticks), which must be 0.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Interest {
+    pub due: u64,
+    pub delivered: u64,
+    pub leaked: u64,
+    pub appeared: u64,
+    pub disappeared: u64,
+    /// Members in a bot's view (itself included), averaged over its moves.
+    pub in_view_mean: f64,
+    /// Bytes received per connected bot per second.
+    pub bytes_per_member_per_s: f64,
+}
+
 /// The load scenario's report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct LoadReport {
@@ -116,6 +133,10 @@ pub struct LoadReport {
     pub frames_out: u64,
     pub chats_sent: u64,
     pub chats_received: u64,
+    /// A spatial room (`--preset plaza`): what the area of interest did;
+    /// absent in plain rooms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interest: Option<Interest>,
     /// Read from the server's /metrics at the start and end of the window;
     /// absent when it could not be read. With several nodes in `--url`, the
     /// sum over `nodes` (absent unless every node's could be read).
@@ -198,6 +219,23 @@ impl LoadReport {
             frames_out: c.frames_out,
             chats_sent: c.chats_sent,
             chats_received: c.chats_received,
+            interest: (c.in_view_samples > 0 || c.interest_appeared > 0).then(|| Interest {
+                due: c.updates_expected,
+                delivered: c.updates_received,
+                leaked: c.interest_leaked,
+                appeared: c.interest_appeared,
+                disappeared: c.interest_disappeared,
+                in_view_mean: if c.in_view_samples == 0 {
+                    0.0
+                } else {
+                    c.in_view_sum as f64 / c.in_view_samples as f64
+                },
+                bytes_per_member_per_s: if tally.connected == 0 {
+                    0.0
+                } else {
+                    per_s(c.bytes_in) / tally.connected as f64
+                },
+            }),
             server,
             nodes: Vec::new(),
             nats: None,
@@ -489,6 +527,18 @@ impl fmt::Display for LoadReport {
                 f,
                 "  chat          {} sent, {} received",
                 self.chats_sent, self.chats_received
+            )?;
+        }
+        if let Some(i) = &self.interest {
+            writeln!(
+                f,
+                "  interest      {:.1} members in view on average, {} per member per second; \
+                 {} leaked, {} appeared, {} disappeared",
+                i.in_view_mean,
+                bytes(i.bytes_per_member_per_s),
+                i.leaked,
+                i.appeared,
+                i.disappeared
             )?;
         }
         let together = if self.nodes.is_empty() {

@@ -95,6 +95,16 @@ counters! {
     resumed,
     /// Rejoins after a drop that joined afresh (the place was not held).
     fresh_rejoins,
+    /// Spatial rooms: in-window records of members outside the receiver's band (must stay 0).
+    interest_leaked,
+    /// Spatial rooms: members that came into a bot's view, inside the window.
+    interest_appeared,
+    /// Spatial rooms: members that went out of a bot's view, inside the window.
+    interest_disappeared,
+    /// Members in a bot's view, summed over the samples (one per move sent).
+    in_view_sum,
+    /// Samples of `in_view_sum`.
+    in_view_samples,
 }
 
 impl AtomicCounts {

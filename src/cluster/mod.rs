@@ -64,6 +64,12 @@ pub trait RoomSide: Send + Sync {
     /// Removes every member of `node` in epoch `epoch` from every room, with
     /// `Left{SERVER_LOST}`.
     fn drop_node(&self, node: &str, epoch: u64);
+    /// Another node's rooms with members (`P.v2.o.all`), for webhooks;
+    /// called on the link's thread, in the order NATS delivered them: it
+    /// must not wait.
+    fn occupancy(&self, update: wire::Occupancy) {
+        let _ = update;
+    }
 }
 
 /// What the server API gives the cluster: a peer's call run on this
@@ -281,6 +287,28 @@ impl Cluster {
     pub fn request_sync(&self, node: &str, rooms: Vec<String>) {
         let subject = self.subjects.node(node);
         self.publish(subject, wire::encode_sync_request(&self.me_pb, rooms));
+    }
+
+    /// The names of the live nodes, this one included.
+    pub fn live_nodes(&self) -> Vec<Arc<str>> {
+        let mut nodes: Vec<Arc<str>> = lock(&self.directory)
+            .live_peers()
+            .map(|(name, _)| name)
+            .collect();
+        nodes.push(Arc::clone(&self.me.node));
+        nodes
+    }
+
+    /// Whether this node has run long enough to know its peers (a
+    /// heartbeat and a half).
+    pub fn settled(&self) -> bool {
+        self.until_settled().is_zero()
+    }
+
+    /// How long until [`settled`](Self::settled).
+    pub fn until_settled(&self) -> Duration {
+        (self.settings.heartbeat + self.settings.heartbeat / 2)
+            .saturating_sub(self.started.elapsed())
     }
 
     /// Whether `(node, epoch)` is a live peer.

@@ -16,6 +16,7 @@
 //! | `P.v2.q.rooms` | `RoomCounts` (request/reply) |
 //! | `P.v2.q.api` | `ApiCall`, answered by `ApiAnswer` (the server API) |
 //! | `P.v2.q.nodes` | `Heartbeat{claiming}`: the slot claim at start-up (request/reply) |
+//! | `P.v2.o.all` | `Occupancy`: a node's rooms with members (webhooks) |
 
 use async_nats::Subject;
 
@@ -73,6 +74,12 @@ impl Subjects {
         self.make("q", "rooms")
     }
 
+    /// Where nodes tell which rooms they have members in (webhooks'
+    /// `room.occupied` and `room.vacated`).
+    pub fn occupancy(&self) -> Subject {
+        self.make("o", "all")
+    }
+
     /// The server API's calls (every node runs each on its members).
     pub fn api(&self) -> Subject {
         self.make("q", "api")
@@ -108,15 +115,22 @@ mod tests {
     /// and nodes named like the other deployment's kinds and names.
     fn all(s: &Subjects) -> (Vec<Subject>, Vec<Subject>) {
         let names = [
-            "hb", "all", "r", "s", "n", "q", "rooms", "v2", "lobby", "a.b",
+            "hb", "all", "r", "s", "n", "q", "o", "rooms", "v2", "lobby", "a.b",
         ];
-        let mut published = vec![s.heartbeats(), s.counts(), s.nodes(), s.api()];
+        let mut published = vec![
+            s.heartbeats(),
+            s.counts(),
+            s.nodes(),
+            s.api(),
+            s.occupancy(),
+        ];
         let mut subscribed = vec![
             s.heartbeats(),
             s.counts(),
             s.nodes(),
             s.snapshots(),
             s.api(),
+            s.occupancy(),
         ];
         for name in names {
             published.extend([s.room(name), s.snapshot(name)]);

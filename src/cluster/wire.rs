@@ -324,6 +324,7 @@ fn wrong_type(expected: &'static str, got: &Body) -> WireError {
         Body::RoomCounts(_) => "RoomCounts",
         Body::ApiCall(_) => "ApiCall",
         Body::ApiAnswer(_) => "ApiAnswer",
+        Body::Occupancy(_) => "Occupancy",
     };
     WireError::WrongType { expected, got }
 }
@@ -470,6 +471,43 @@ pub fn decode_room_counts(
     Ok((from, rooms))
 }
 
+/// A node's rooms with members (`Occupancy`), checked: webhooks'
+/// `room.occupied` and `room.vacated` across the cluster.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Occupancy {
+    pub origin: Origin,
+    /// Rooms where its first member arrived; with `full`, all its rooms.
+    pub occupied: Vec<String>,
+    /// Rooms its last member left.
+    pub vacated: Vec<String>,
+    /// `occupied` replaces what was known of the origin.
+    pub full: bool,
+}
+
+/// Decodes `Occupancy` (room names checked, at most [`MAX_ROOMS`]).
+pub fn decode_occupancy(bytes: &[u8], slots: u32, rules: &Rules) -> Result<Occupancy, WireError> {
+    let msg = match open(bytes, "Occupancy")? {
+        Body::Occupancy(msg) => msg,
+        other => return Err(wrong_type("Occupancy", &other)),
+    };
+    let origin = origin(msg.origin, slots)?;
+    if msg.occupied.len().saturating_add(msg.vacated.len()) > MAX_ROOMS {
+        return Err(WireError::TooMany);
+    }
+    let check = |rooms: Vec<String>| -> Result<Vec<String>, WireError> {
+        rooms
+            .into_iter()
+            .map(|room| crate::protocol::validate_room(room, rules).map_err(|_| WireError::Room))
+            .collect()
+    };
+    Ok(Occupancy {
+        origin,
+        occupied: check(msg.occupied)?,
+        vacated: check(msg.vacated)?,
+        full: msg.full,
+    })
+}
+
 /// The most members or sanctions one `ApiAnswer` may carry.
 pub const MAX_API_ITEMS: usize = 100_000;
 
@@ -613,6 +651,21 @@ pub fn encode_room_counts(origin: &cpb::Origin, rooms: Vec<(String, u32)>) -> By
             .into_iter()
             .map(|(name, members)| cpb::RoomCount { name, members })
             .collect(),
+    }))
+}
+
+/// Encodes `Occupancy`.
+pub fn encode_occupancy(
+    origin: &cpb::Origin,
+    occupied: Vec<String>,
+    vacated: Vec<String>,
+    full: bool,
+) -> Bytes {
+    seal(Body::Occupancy(cpb::Occupancy {
+        origin: Some(origin.clone()),
+        occupied,
+        vacated,
+        full,
     }))
 }
 

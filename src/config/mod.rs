@@ -5,7 +5,8 @@
 //! command line: [`EdgeConfig`] (listening, HTTP before the upgrade),
 //! [`SessionConfig`] (what one WebSocket may send, its deadlines),
 //! [`RoomConfig`] (the tick and the world), [`AddressConfig`] and
-//! [`AuthConfig`] (in `access`), [`ClusterConfig`] (in `cluster`), and the
+//! [`AuthConfig`] (in `access`), [`ClusterConfig`] (in `cluster`),
+//! [`HookConfig`] (in `hooks`), and the
 //! process's own flags. Each flag keeps its place in `--help` through its
 //! `display_order`, the order it had before the groups.
 
@@ -23,6 +24,7 @@ pub use crate::access::addresses::{AddressConfig, ForwardedHeader};
 pub use crate::access::auth::AuthConfig;
 pub use crate::api::ApiConfig;
 pub use crate::cluster::settings::ClusterConfig;
+pub use crate::hooks::HookConfig;
 use crate::protocol::{Rules, pb};
 pub use edge::{EdgeConfig, ListenAddr};
 pub use room::RoomConfig;
@@ -58,6 +60,10 @@ pub struct Config {
     // Cluster (NATS).
     #[command(flatten)]
     pub cluster: ClusterConfig,
+
+    // Webhooks: events POSTed to the app.
+    #[command(flatten)]
+    pub hooks: HookConfig,
 
     // The server API for the app's backend.
     #[command(flatten)]
@@ -503,6 +509,11 @@ mod tests {
                 "auth-jwks-url",
                 "auth-jwks-refresh-secs",
                 "auth-expiry-notice-secs",
+                "webhook-url",
+                "webhook-secret-file",
+                "webhook-queue",
+                "webhook-batch",
+                "webhook-timeout-ms",
                 "api-key-file",
                 "api-calls-per-sec",
                 "resume-grace-ms",

@@ -104,6 +104,16 @@ impl Rooms {
                     seat.map(|seat| (seat, sink))
                 };
                 let Some((seat, sink)) = found else { continue };
+                // The app's own doing: `member.kicked` before its `member.left`.
+                let kicked = match &removal {
+                    Removal::Kicked { reason } => Some(("kick", &**reason)),
+                    Removal::Banned { reason, .. } => Some(("ban", &**reason)),
+                    Removal::RoomClosed => Some(("close", "")),
+                    Removal::Replaced => None,
+                };
+                if let (Some(hooks), Some((action, text))) = (self.hooks.get(), kicked) {
+                    hooks.kicked(&handle.name, listed.id.0, listed.user.clone(), action, text);
+                }
                 let reason = removal.leave_reason();
                 fan_out(|| self.remove(&handle, listed.id, seat, reason)).await;
                 if let Some(sink) = sink {

@@ -28,6 +28,7 @@ use std::time::Duration;
 use dashmap::DashMap;
 
 use crate::clock::Clock;
+use crate::hooks::Hooks;
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
@@ -82,6 +83,9 @@ pub struct Rooms {
     this: std::sync::Weak<Rooms>,
     /// Cluster mode: set once at start; `None` costs one check.
     cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// Webhooks (`--webhook-url`): set once at start; events of this
+    /// node's members are pushed into it, never waiting.
+    hooks: std::sync::OnceLock<Arc<Hooks>>,
     /// The next member's seat: ids are reused, seats never are, so a
     /// replaced member's connection cannot act on whoever got its id.
     seats: AtomicU64,
@@ -158,6 +162,12 @@ struct State {
     users: HashMap<Arc<str>, MemberId>,
     /// Members with a pending move, in arrival order (may repeat an id).
     dirty: Vec<MemberId>,
+    /// When each of this node's members here joined, server time in ms
+    /// (`Member` keeps seconds, to stay small): `member.left`'s
+    /// `duration_ms`, and the webhooks hear when the count leaves and comes
+    /// back to 0 (`Hooks::local_occupied`, `Hooks::local_vacated`).
+    /// Bounded by the capacity, like `users`.
+    local_since_ms: HashMap<MemberId, u64>,
     /// False once the last member left and the room left the map.
     open: bool,
     /// Cluster mode: the other nodes' parts and this node's publishing.
@@ -398,6 +408,7 @@ impl Rooms {
             map: DashMap::new(),
             this: this.clone(),
             cluster: std::sync::OnceLock::new(),
+            hooks: std::sync::OnceLock::new(),
             seats: AtomicU64::new(0),
             openings: AtomicU64::new(0),
             settings,
@@ -410,6 +421,18 @@ impl Rooms {
 
     pub fn clock(&self) -> &Clock {
         &self.clock
+    }
+
+    /// Sends this node's room and member events to `hooks` from now on
+    /// (once, at start).
+    pub fn attach_hooks(&self, hooks: Arc<Hooks>) {
+        let _ = self.hooks.set(hooks);
+    }
+
+    /// The webhooks, if `--webhook-url` is set: the server API emits
+    /// `member.kicked` through them.
+    pub fn hooks(&self) -> Option<&Arc<Hooks>> {
+        self.hooks.get()
     }
 
     /// Joins `room` (creating it) as `name`, with `sink` for its frames. On
@@ -497,6 +520,7 @@ impl Rooms {
                     members: BTreeMap::new(),
                     users: HashMap::new(),
                     dirty: Vec::new(),
+                    local_since_ms: HashMap::new(),
                     open: true,
                     remote: self.cluster.get().map(|c| {
                         let opening = self.openings.fetch_add(1, Ordering::Relaxed) + 1;
@@ -560,22 +584,45 @@ impl Rooms {
                 capacity,
             });
         }
-        // The user's older member leaves first (its id may be reused), held
-        // or not; in a spatial room, those who saw it see it leave.
+        // In a spatial room, those who saw the user's older member see it
+        // leave.
         let replaced_audience = replacing.and_then(|old| st.audience(old));
-        let replaced = match replacing {
-            Some(old) if st.members.remove(&old).is_some() => {
+        let now_ms = self.clock.now_ms();
+        let hooks = self.hooks.get();
+        let had_local = !st.local_since_ms.is_empty();
+        // The user's older member leaves first (its id may be reused), held
+        // or not.
+        let replaced = match replacing.and_then(|old| Some((old, st.members.remove(&old)?))) {
+            Some((old, gone)) => {
+                // Held or not: a held place goes with its member.
                 if st.places.forget(old) {
                     self.unheld();
                 }
+                let since = st.local_since_ms.remove(&old);
+                if let Some(hooks) = hooks {
+                    hooks.left(
+                        &handle.name,
+                        old.0,
+                        &gone.name,
+                        gone.user.clone(),
+                        LeaveReason::Replaced,
+                        since.map_or(0, |t| now_ms.saturating_sub(t)),
+                    );
+                }
                 Some(old)
             }
-            _ => None,
+            None => None,
         };
         if let (Some(old), Some(sp)) = (replaced, st.spatial.as_deref_mut()) {
             sp.forget(old);
         }
-        let now_ms = self.clock.now_ms();
+        // This node's first member of the room (a replaced member was
+        // one already): the webhooks decide whether the room is occupied.
+        if let Some(hooks) = hooks
+            && !had_local
+        {
+            hooks.local_occupied(&handle.name);
+        }
         let (slot, slots) = self.cluster.get().map_or((0, 1), |c| (c.slot(), c.slots()));
         let id = st.lowest_free_id(slot, slots);
         if let Some(u) = &user {
@@ -604,6 +651,10 @@ impl Rooms {
             origin: None,
             joined_at_s: unix_secs(now_ms),
         };
+        st.local_since_ms.insert(id, now_ms);
+        if let Some(hooks) = hooks {
+            hooks.joined(&handle.name, id.0, &member.name, member.user.clone());
+        }
         let joined_pb = member_pb(id, &member);
         if let Some(sp) = st.spatial.as_deref_mut() {
             sp.place(id, member.motion.position);
@@ -714,8 +765,25 @@ impl Rooms {
             if let Some(sp) = st.spatial.as_deref_mut() {
                 sp.forget(id);
             }
-            if let Some(user) = st.members.remove(&id).and_then(|m| m.user) {
-                st.users.remove(&user);
+            if let Some(gone) = st.members.remove(&id) {
+                if let Some(user) = &gone.user {
+                    st.users.remove(user);
+                }
+                let since = st.local_since_ms.remove(&id);
+                if let Some(hooks) = self.hooks.get() {
+                    let now_ms = self.clock.now_ms();
+                    hooks.left(
+                        &room.name,
+                        id.0,
+                        &gone.name,
+                        gone.user,
+                        reason,
+                        since.map_or(0, |t| now_ms.saturating_sub(t)),
+                    );
+                    if st.local_since_ms.is_empty() {
+                        hooks.local_vacated(&room.name);
+                    }
+                }
             }
             if st.places.forget(id) {
                 self.unheld();

@@ -532,3 +532,54 @@ fn a_member_stays_within_128_bytes() {
         std::mem::size_of::<super::Member>()
     );
 }
+
+/// Webhooks: a room emits its transitions and its members' stays, in
+/// order, and a replaced member leaves as `replaced`.
+#[tokio::test]
+async fn a_room_emits_its_webhook_events_in_order() {
+    let rooms = rooms(10, 50);
+    let limits = crate::hooks::queue::Limits {
+        capacity: 100,
+        batch: 100,
+        first_retry: Duration::from_millis(500),
+        max_retry: Duration::from_secs(30),
+    };
+    let hooks = Hooks::new(limits, None, *rooms.clock(), Arc::new(Metrics::default()));
+    rooms.attach_hooks(Arc::clone(&hooks));
+    let (ada, _a) = join_user(&rooms, "lobby", "ada").await;
+    let (bo, _b) = join(&rooms, "lobby", "Bo").await;
+    let (ada2, _a2) = join_user(&rooms, "lobby", "ada").await;
+    bo.leave(LeaveReason::Left).await;
+    drop(ada);
+    ada2.leave(LeaveReason::TimedOut).await;
+    let events = hooks.drain_json();
+    let seen: Vec<String> = events
+        .iter()
+        .map(|e| {
+            let kind = e["type"].as_str().unwrap_or_default();
+            match e["reason"].as_str() {
+                Some(reason) => format!("{kind} {} {reason}", e["member_id"]),
+                None if kind.starts_with("member") => format!("{kind} {}", e["member_id"]),
+                None => kind.to_owned(),
+            }
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            "room.occupied",
+            "member.joined 0",
+            "member.joined 1",
+            "member.left 0 replaced",
+            "member.joined 0",
+            "member.left 1 left",
+            "member.left 0 timed_out",
+            "room.vacated",
+        ]
+    );
+    assert!(events.iter().all(|e| e["room"] == "lobby"));
+    assert_eq!(events[1]["user"], "ada");
+    assert_eq!(events[2]["user"], serde_json::Value::Null);
+    assert_eq!(events[2]["name"], "Bo");
+    assert!(events[6]["duration_ms"].as_u64().is_some());
+}

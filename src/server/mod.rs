@@ -20,6 +20,7 @@ use crate::config::Config;
 use crate::edge::bearer::{BearerToken, TokenFileError};
 use crate::edge::http::Http;
 use crate::edge::listener::accept_loop;
+use crate::hooks::{self, Hooks};
 use crate::metrics::Metrics;
 
 use capacity::{Capacity, RESERVED_FILES};
@@ -43,6 +44,9 @@ pub enum StartError {
     /// The cluster link (`--nats` and its files) cannot start.
     #[error(transparent)]
     ClusterStart(#[from] cluster::link::StartError),
+    /// Webhooks (`--webhook-url`, `--webhook-secret-file`) cannot start.
+    #[error(transparent)]
+    Hooks(#[from] hooks::SetupError),
 }
 
 /// Serves amble on `listener` until `shutdown` completes, then closes every
@@ -164,6 +168,19 @@ pub async fn serve_started(
         open_files,
     );
     let http = Http::new(Arc::clone(&shared), capacity.http as usize);
+    let node = cluster_settings
+        .as_ref()
+        .map(|settings| Arc::<str>::from(settings.node.as_str()));
+    let hooks = Hooks::start(
+        &shared.config.hooks,
+        node,
+        shared.clock,
+        Arc::clone(&shared.metrics),
+    )?
+    .map(|(hooks, running)| {
+        shared.rooms.attach_hooks(hooks);
+        running
+    });
     if let Some(settings) = cluster_settings {
         let cluster = cluster::link::start(
             settings,
@@ -173,6 +190,9 @@ pub async fn serve_started(
         )
         .await?;
         shared.rooms.attach_cluster(Arc::clone(&cluster));
+        if let Some(hooks) = shared.rooms.hooks() {
+            hooks.attach_cluster(Arc::clone(&cluster));
+        }
         shared.api.set_node(Arc::clone(&cluster.me().node));
         let api: Arc<dyn cluster::ApiSide> = Arc::clone(&shared.api) as _;
         cluster.attach_api(Arc::downgrade(&api));
@@ -198,6 +218,9 @@ pub async fn serve_started(
 
     shutdown.await;
     let stop_by = tokio::time::Instant::now() + Duration::from_millis(config.shutdown_timeout_ms);
+    if let Some(hooks) = shared.rooms.hooks() {
+        hooks.begin_shutdown();
+    }
     if let Some(cluster) = shared.cluster.get() {
         // First, so the other nodes remove this node's members at once.
         let rooms = u32::try_from(shared.metrics.rooms.get()).unwrap_or(0);
@@ -226,6 +249,10 @@ pub async fn serve_started(
     }
     let _ = ticker.await;
     let _ = cutter.await;
+    // After the connections: their members' `member.left` are queued.
+    if let Some(hooks) = hooks {
+        hooks.flush_and_stop().await;
+    }
     info!("stopped");
     Ok(())
 }

@@ -15,6 +15,7 @@ mod cluster;
 mod data;
 mod demo;
 mod origin;
+mod spatial;
 mod ux;
 // Not every helper is used by every group of scenarios (the crowd example
 // shares this file too).

@@ -12,6 +12,7 @@ mod cluster_nats_config;
 mod cluster_support;
 mod data;
 mod handshake;
+mod hooks;
 mod http;
 mod jwks_server;
 mod lifecycle;

@@ -55,6 +55,29 @@ impl World {
         }
     }
 
+    /// Where a bot of a crowd starts (`--preset plaza`): four in five
+    /// around one of eight spots (a ring at a quarter of the world around
+    /// its middle), within about 15 m of it; the rest anywhere, walkers
+    /// between the crowds.
+    pub(super) fn in_crowd(&self, index: u32, rng: &mut SplitMix) -> Position {
+        if index % 5 == 4 {
+            return self.anywhere(rng);
+        }
+        let spot = f64::from(index % 8) * std::f64::consts::TAU / 8.0;
+        let (w, h) = (f64::from(self.width), f64::from(self.height));
+        let (cx, cy) = (
+            w / 2.0 + w / 4.0 * spot.cos(),
+            h / 2.0 + h / 4.0 * spot.sin(),
+        );
+        // A triangle-ish spread: denser near the spot.
+        let spread = 1_500.0 * (rng.unit() + rng.unit() - 1.0);
+        let angle = rng.unit() * std::f64::consts::TAU;
+        self.clamp(
+            (cx + spread * angle.cos()).round() as i64,
+            (cy + spread * angle.sin()).round() as i64,
+        )
+    }
+
     pub(super) fn anywhere(&self, rng: &mut SplitMix) -> Position {
         Position {
             x: rng.below(u64::from(self.width) + 1) as u32,
@@ -91,7 +114,7 @@ impl Mover {
     }
 
     /// Where the bot is at `now`.
-    fn position(&self, now: Instant) -> Position {
+    pub(super) fn position(&self, now: Instant) -> Position {
         let Some((walk, started)) = self.walk else {
             return self.from;
         };

@@ -70,11 +70,41 @@ pub(super) struct Session<'a> {
     /// Chat interval and budget, if chatting.
     chat_interval: Option<Duration>,
     chats: u32,
+    /// A spatial room: how far another member may be and still be sent
+    /// to this bot (`None` in a plain room).
+    band: Option<Band>,
     /// Reused for every frame: decoding allocates nothing once warm.
     msg: pb::ServerMessage,
     tally: FrameTally,
     /// The place's resume token (`Welcome.resume_token`), for a rejoin.
     resume_token: String,
+}
+
+/// The edge of a spatial room's interest rule, from the Welcome's limits:
+/// a member further than two cells and two margins on either axis is
+/// never in view (`room::interest::Grid::may_see`), plus a slack for the
+/// ticks between the server's positions and this bot's own.
+#[derive(Clone, Copy, Debug)]
+struct Band {
+    reach_cm: u64,
+}
+
+/// Slack for positions seen a few ticks apart: two seconds of walking.
+const BAND_SLACK_CM: u64 = 2 * 150 * 2;
+
+impl Band {
+    fn of(limits: &pb::Limits) -> Self {
+        Self {
+            reach_cm: 2 * u64::from(limits.interest_cell)
+                + 2 * u64::from(limits.interest_margin)
+                + BAND_SLACK_CM,
+        }
+    }
+
+    fn leaks(&self, me: amble::protocol::Position, them: amble::protocol::Position) -> bool {
+        u64::from(me.x.abs_diff(them.x)) >= self.reach_cm
+            || u64::from(me.y.abs_diff(them.y)) >= self.reach_cm
+    }
 }
 
 /// Which timer fired.
@@ -106,12 +136,16 @@ impl<'a> Session<'a> {
             (u64::from(index) << 20 | u64::from(generation) << 52)
                 ^ u64::from_str_radix(&plan.run_tag, 16).unwrap_or(0),
         );
+        let spatial = limits.interest_radius > 0;
         let start = members
             .iter()
             .find(|m| m.id == me.0)
             .and_then(|m| m.position)
             .map(|p| world.clamp(i64::from(p.x), i64::from(p.y)))
-            .unwrap_or_else(|| world.anywhere(&mut rng));
+            .filter(|_| !(plan.crowds && spatial))
+            // In crowds: the first move starts from the bot's spot (the
+            // server takes a move's position as it is: a jump there).
+            .unwrap_or_else(|| world.in_crowd(index, &mut rng));
         let move_interval = Duration::from_millis(
             plan.move_interval_ms
                 .max(u64::from(limits.move_interval_ms)),
@@ -146,6 +180,7 @@ impl<'a> Session<'a> {
             ws,
             ledger,
             mover: Mover::new(plan.movement, world, start, move_interval),
+            band: spatial.then(|| Band::of(&limits)),
             rng,
             seq,
             move_interval,
@@ -272,6 +307,13 @@ impl<'a> Session<'a> {
         let now = Instant::now();
         let in_window = self.run.schedule.in_window(now);
         let motion = self.mover.next(now, self.ledger.trail(), &mut self.rng);
+        if self.band.is_some() && in_window {
+            let in_view = u64::from(self.ledger.members());
+            self.run.stats.with(|s| {
+                AtomicCounts::bump(&s.counts.in_view_sum, in_view);
+                AtomicCounts::bump(&s.counts.in_view_samples, 1);
+            });
+        }
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
         self.ledger.trail().push(Sent {
@@ -350,11 +392,22 @@ impl<'a> Session<'a> {
         let mut chat = 0;
         let mut resync = false;
         let mut server_error = None;
+        let (mut leaked, mut appeared, mut disappeared) = (0_u64, 0_u64, 0_u64);
         self.msg.clear();
         let decoded = self.msg.merge(&bytes[..]).is_ok();
         if decoded && !self.msg.motion.is_empty() {
             match protocol::decode_motion(&self.msg.motion) {
-                Ok((_time, records)) => self.ledger.motion(&records, now, &mut self.tally),
+                Ok((_time, records)) => {
+                    if let Some(band) = self.band {
+                        let here = self.mover.position(now);
+                        let me = self.ledger.me();
+                        leaked = records
+                            .iter()
+                            .filter(|r| r.member != me && band.leaks(here, r.motion.position))
+                            .count() as u64;
+                    }
+                    self.ledger.motion(&records, now, &mut self.tally)
+                }
                 Err(_) => server_error = Some(None),
             }
         } else if decoded {
@@ -369,12 +422,14 @@ impl<'a> Session<'a> {
                 // A spatial room: members coming into view are owed
                 // updates from now on, as joiners are; those going out of
                 // view are owed nothing more, as leavers.
-                Some(Body::Appeared(appeared)) => {
-                    for m in &appeared.members {
+                Some(Body::Appeared(came)) => {
+                    appeared = came.members.len() as u64;
+                    for m in &came.members {
                         self.ledger.joined(seen(self.run, m));
                     }
                 }
                 Some(Body::Disappeared(gone)) => {
+                    disappeared = gone.member_ids.len() as u64;
                     for id in gone.member_ids {
                         self.ledger.left(MemberId(id));
                     }
@@ -423,6 +478,9 @@ impl<'a> Session<'a> {
                 AtomicCounts::bump(&c.bytes_in, wire);
                 AtomicCounts::bump(&c.frames_in, 1);
                 AtomicCounts::bump(&c.chats_received, chat);
+                AtomicCounts::bump(&c.interest_leaked, leaked);
+                AtomicCounts::bump(&c.interest_appeared, appeared);
+                AtomicCounts::bump(&c.interest_disappeared, disappeared);
             }
             AtomicCounts::bump(&c.moves_applied, t.applied);
             AtomicCounts::bump(&c.updates_expected, t.expected);
@@ -493,5 +551,46 @@ impl<'a> Session<'a> {
         if closed.is_err() {
             self.run.stats.with(|s| s.error(ErrorKind::CloseTimeout, 1));
         }
+    }
+}
+
+#[cfg(test)]
+mod band_tests {
+    use super::*;
+    use amble::protocol::Position;
+
+    #[test]
+    fn the_band_is_two_cells_two_margins_and_the_slack_on_either_axis() {
+        let band = Band::of(&pb::Limits {
+            interest_cell: 1_874,
+            interest_margin: 187,
+            ..pb::Limits::default()
+        });
+        let me = Position {
+            x: 10_000,
+            y: 10_000,
+        };
+        let reach = 2 * 1_874 + 2 * 187 + 600;
+        assert!(!band.leaks(
+            me,
+            Position {
+                x: 10_000 + reach - 1,
+                y: 10_000
+            }
+        ));
+        assert!(band.leaks(
+            me,
+            Position {
+                x: 10_000 + reach,
+                y: 10_000
+            }
+        ));
+        assert!(band.leaks(
+            me,
+            Position {
+                x: 10_000,
+                y: 10_000 - reach
+            }
+        ));
     }
 }

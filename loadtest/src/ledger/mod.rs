@@ -188,7 +188,6 @@ impl Ledger {
     }
 
     /// Bots of this run in view, this bot included.
-    #[cfg(test)]
     pub fn members(&self) -> u32 {
         self.count
     }

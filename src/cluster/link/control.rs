@@ -21,6 +21,7 @@ pub(super) enum Control {
     Snapshot,
     Sync,
     Counts,
+    Occupancy,
     Api,
 }
 
@@ -34,6 +35,7 @@ pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
         Control::Snapshot => cluster.subjects().snapshots(),
         Control::Sync => cluster.subjects().node(&cluster.me.node),
         Control::Counts => cluster.subjects().counts(),
+        Control::Occupancy => cluster.subjects().occupancy(),
         Control::Api => cluster.subjects().api(),
     };
     let Some(nats) = &cluster.nats else { return };
@@ -49,6 +51,7 @@ pub(super) async fn control(cluster: Arc<Cluster>, kind: Control) {
                         Control::Snapshot => on_snapshot_request(&cluster, &msg).await,
                         Control::Sync => on_sync_request(&cluster, &msg.payload),
                         Control::Counts => on_counts_request(&cluster, &msg).await,
+                        Control::Occupancy => on_occupancy(&cluster, &msg.payload),
                         Control::Api => on_api_call(&cluster, &msg).await,
                     }
                 }
@@ -140,6 +143,24 @@ fn on_sync_request(cluster: &Arc<Cluster>, payload: &[u8]) {
         for room in rooms {
             full_soon(cluster, side.as_ref(), &room);
         }
+    }
+}
+
+/// Another node's rooms with members, for the webhooks (this node's own
+/// messages come back from NATS and are skipped).
+fn on_occupancy(cluster: &Cluster, payload: &[u8]) {
+    let update = match wire::decode_occupancy(payload, cluster.me.slots, &cluster.rules) {
+        Ok(update) => update,
+        Err(err) => return bad(cluster, &err),
+    };
+    if update.origin.node == cluster.me.node && update.origin.epoch == cluster.me.epoch {
+        return;
+    }
+    if !observe(cluster, &update.origin) {
+        return;
+    }
+    if let Some(rooms) = cluster.room_side() {
+        rooms.occupancy(update);
     }
 }
 

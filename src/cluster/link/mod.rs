@@ -199,6 +199,7 @@ async fn launch(
         Control::Snapshot,
         Control::Sync,
         Control::Counts,
+        Control::Occupancy,
         Control::Api,
     ] {
         link.spawn(until_stopped(stop(), control(Arc::clone(c), kind)));

@@ -480,3 +480,30 @@ fn member_data_rides_along_and_is_checked() {
     bad_data.data = vec![entry("k", "")];
     assert!(decode_update(&one(joined_op(bad_data, 3)), 16, &rules()).is_err());
 }
+
+#[test]
+fn occupancy_round_trips_and_checks_room_names() {
+    let o = me("n2", 2);
+    let bytes = encode_occupancy(&o, vec!["lobby".into()], vec!["hall".into()], false);
+    let got = decode_occupancy(&bytes, 16, &rules()).expect("valid");
+    assert_eq!(&*got.origin.node, "n2");
+    assert_eq!(
+        (got.occupied, got.vacated, got.full),
+        (vec!["lobby".to_owned()], vec!["hall".to_owned()], false)
+    );
+    let full = encode_occupancy(&o, vec!["a".into(), "b".into()], Vec::new(), true);
+    assert!(decode_occupancy(&full, 16, &rules()).expect("valid").full);
+    let bad = encode_occupancy(&o, vec![String::new()], Vec::new(), false);
+    assert!(matches!(
+        decode_occupancy(&bad, 16, &rules()),
+        Err(WireError::Room)
+    ));
+    let counts = encode_room_counts(&o, Vec::new());
+    assert!(matches!(
+        decode_occupancy(&counts, 16, &rules()),
+        Err(WireError::WrongType {
+            expected: "Occupancy",
+            got: "RoomCounts"
+        })
+    ));
+}

@@ -225,7 +225,16 @@ impl RoomSide for Rooms {
         }
     }
 
+    fn occupancy(&self, update: crate::cluster::wire::Occupancy) {
+        if let Some(hooks) = self.hooks() {
+            hooks.remote_occupancy(update);
+        }
+    }
+
     fn drop_node(&self, node: &str, epoch: u64) {
+        if let Some(hooks) = self.hooks() {
+            hooks.node_lost(node, epoch);
+        }
         for handle in self.open_handles() {
             let mut frames = Vec::new();
             let mut st = handle.state();

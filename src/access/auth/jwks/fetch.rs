@@ -3,13 +3,12 @@
 //!
 //! [`Target::parse`] (which URLs are accepted) and [`max_age`] (a
 //! response's `Cache-Control`) are pure; [`Fetcher::get`] is the one
-//! request: hyper's HTTP/1 client on one connection, no pool, no redirect
+//! request: hyper's HTTP/1 client on one connection (opened by
+//! `outbound`, shared with the webhook sender), no pool, no redirect
 //! followed, under [`CONNECT_TIMEOUT`] and [`FETCH_TIMEOUT`], at most
 //! [`MAX_RESPONSE_BYTES`] read. Every way it fails is a [`FetchError`]
 //! with a `reason` for `amble_auth_jwks_fetch_failures_total`.
 
-use std::net::IpAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,15 +16,10 @@ use http_body_util::{BodyExt as _, Empty, LengthLimitError, Limited};
 use hyper::Request;
 use hyper::body::Incoming;
 use hyper::header::{ACCEPT, CACHE_CONTROL, CONTENT_LENGTH, HOST, USER_AGENT};
-use hyper::http::uri::{Scheme, Uri};
 use hyper_util::rt::TokioIo;
-use tokio::io::{AsyncRead, AsyncWrite};
-use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
-use tokio_rustls::rustls::pki_types::ServerName;
-use tokio_rustls::rustls::{self, ClientConfig, RootCertStore};
 
 use super::{KeySet, Secrets, SetError};
+use crate::outbound::{self, ConnectError, Connector, PlainHttp};
 
 /// The longest wait for a TCP connection to the key set's host.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -36,71 +30,26 @@ pub const MAX_RESPONSE_BYTES: usize = 256 * 1024;
 
 /// Where the key set is fetched from: a checked `--auth-jwks-url`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Target {
-    uri: Uri,
-    host: String,
-    port: u16,
-    tls: bool,
-}
+pub struct Target(outbound::Target);
 
 impl Target {
     /// Accepts `https://HOST[:PORT]/PATH`, and `http://` only for a
     /// loopback host (`127.0.0.0/8`, `[::1]`, `localhost`): a key set read
     /// in the clear from elsewhere could be replaced by anyone on the path.
     pub fn parse(url: &str) -> Result<Self, String> {
-        let uri: Uri = url
-            .parse()
-            .map_err(|err| format!("not a URL ({err}): give https://HOST/PATH"))?;
-        let authority = uri.authority().ok_or("no host: give https://HOST/PATH")?;
-        if authority.as_str().contains('@') {
-            return Err("a URL with credentials (user@) is not accepted".into());
-        }
-        let host = authority.host().trim_matches(['[', ']']).to_owned();
-        let tls = match uri.scheme() {
-            Some(s) if *s == Scheme::HTTPS => true,
-            Some(s) if *s == Scheme::HTTP => {
-                if !is_loopback(&host) {
-                    return Err(format!(
-                        "plain http is accepted only for a loopback host (127.0.0.1, [::1], \
-                         localhost: a test or a sidecar); use https://{}{}",
-                        authority.as_str(),
-                        uri.path()
-                    ));
-                }
-                false
-            }
-            _ => {
-                return Err(
-                    "the URL must start with https:// (or http:// for a loopback host)".into(),
-                );
-            }
-        };
-        let port = authority.port_u16().unwrap_or(if tls { 443 } else { 80 });
-        Ok(Self {
-            uri,
-            host,
-            port,
-            tls,
-        })
+        outbound::Target::parse(url, PlainHttp::LoopbackOnly).map(Self)
     }
 
     /// Whether it is fetched over TLS.
     pub fn tls(&self) -> bool {
-        self.tls
+        self.0.tls()
     }
 }
 
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}", self.uri)
+        self.0.fmt(f)
     }
-}
-
-/// Whether `host` (an IP literal without brackets, or a name) is this
-/// machine.
-fn is_loopback(host: &str) -> bool {
-    host.eq_ignore_ascii_case("localhost")
-        || host.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// How long a response says it may be kept: `Cache-Control: max-age=N`,
@@ -187,31 +136,19 @@ pub struct Fetched {
     pub max_age: Option<Duration>,
 }
 
-/// Fetches one target's key set; holds its TLS settings.
-#[derive(Clone)]
+/// Fetches one target's key set; holds its connector.
+#[derive(Clone, Debug)]
 pub struct Fetcher {
     target: Target,
-    tls: Option<TlsConnector>,
-}
-
-impl std::fmt::Debug for Fetcher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fetcher")
-            .field("target", &self.target)
-            .finish_non_exhaustive()
-    }
+    connector: Connector,
 }
 
 impl Fetcher {
     /// A fetcher for `target`; for https, with the system's CA roots
     /// (an error when it has none).
     pub fn new(target: Target) -> Result<Self, String> {
-        let tls = if target.tls {
-            Some(TlsConnector::from(Arc::new(client_config()?)))
-        } else {
-            None
-        };
-        Ok(Self { target, tls })
+        let connector = Connector::new(target.0.clone())?;
+        Ok(Self { target, connector })
     }
 
     /// The target.
@@ -227,52 +164,27 @@ impl Fetcher {
     }
 
     async fn get_unbounded(&self) -> Result<Fetched, FetchError> {
-        let t = &self.target;
-        let connect = |why: String| FetchError::Connect {
-            host: t.host.clone(),
-            port: t.port,
-            why,
-        };
-        let tcp = tokio::time::timeout(
-            CONNECT_TIMEOUT,
-            TcpStream::connect((t.host.as_str(), t.port)),
-        )
-        .await
-        .map_err(|_| {
-            connect(format!(
-                "no connection within {} s",
-                CONNECT_TIMEOUT.as_secs()
-            ))
-        })?
-        .map_err(|err| connect(err.to_string()))?;
-        let _ = tcp.set_nodelay(true);
-        match &self.tls {
-            Some(tls) => {
-                let name = ServerName::try_from(t.host.clone())
-                    .map_err(|err| FetchError::Tls(format!("{}: {err}", t.host)))?;
-                let stream = tls
-                    .connect(name, tcp)
-                    .await
-                    .map_err(|err| FetchError::Tls(err.to_string()))?;
-                self.request(stream).await
-            }
-            None => self.request(tcp).await,
-        }
+        let io = self
+            .connector
+            .connect(CONNECT_TIMEOUT)
+            .await
+            .map_err(|err| match err {
+                ConnectError::Connect { host, port, why } => {
+                    FetchError::Connect { host, port, why }
+                }
+                ConnectError::Tls(why) => FetchError::Tls(why),
+            })?;
+        self.request(io).await
     }
 
-    async fn request<S>(&self, io: S) -> Result<Fetched, FetchError>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
+    async fn request(&self, io: Box<dyn outbound::Io>) -> Result<Fetched, FetchError> {
         let http = |err: hyper::Error| FetchError::Http(err.to_string());
         let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
             .await
             .map_err(http)?;
-        let t = &self.target;
-        let path = t.uri.path_and_query().map_or("/", |p| p.as_str());
-        let authority = t.uri.authority().map_or(t.host.as_str(), |a| a.as_str());
-        let request = Request::get(path)
-            .header(HOST, authority)
+        let t = &self.target.0;
+        let request = Request::get(t.path_and_query())
+            .header(HOST, t.authority())
             .header(ACCEPT, "application/json, application/jwk-set+json")
             .header(USER_AGENT, concat!("amble/", env!("CARGO_PKG_VERSION")))
             .body(Empty::<Bytes>::new())
@@ -324,32 +236,4 @@ async fn read(response: hyper::Response<Incoming>) -> Result<Fetched, FetchError
         .to_bytes();
     let set = KeySet::parse_with(&body, Secrets::Skipped)?;
     Ok(Fetched { set, max_age })
-}
-
-/// TLS for https targets: the system's CA roots (`ca-certificates` on
-/// Debian), TLS 1.2 and 1.3, HTTP/1.1 by ALPN.
-fn client_config() -> Result<ClientConfig, String> {
-    let found = rustls_native_certs::load_native_certs();
-    let mut roots = RootCertStore::empty();
-    let (added, _ignored) = roots.add_parsable_certificates(found.certs);
-    if added == 0 {
-        let errors: Vec<String> = found.errors.iter().map(ToString::to_string).collect();
-        return Err(format!(
-            "no CA certificates found on this system to check https with (install \
-             ca-certificates, or set SSL_CERT_FILE){}",
-            if errors.is_empty() {
-                String::new()
-            } else {
-                format!(": {}", errors.join("; "))
-            }
-        ));
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|err| format!("TLS: {err}"))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
 }
