@@ -68,6 +68,8 @@ impl World {
                 spawn: Position { x: 2_500, y: 2_500 },
                 world: Position { x: 5_000, y: 5_000 },
                 limits: pb::Limits::default(),
+                resume_grace: Duration::ZERO,
+                max_held: 0,
                 spatial: None,
             },
             Clock::start(),
@@ -207,6 +209,8 @@ fn bench_spatial_tick(c: &mut Criterion) {
             spawn: Position { x: 2_500, y: 2_500 },
             world: Position { x: 5_000, y: 5_000 },
             limits: pb::Limits::default(),
+            resume_grace: Duration::ZERO,
+            max_held: 0,
             spatial: Some(SpatialSettings {
                 patterns: vec!["plaza".into()],
                 world,

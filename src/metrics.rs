@@ -37,6 +37,13 @@ pub struct AuthLabels {
     pub reason: &'static str,
 }
 
+/// Labels of `amble_resumed_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResumeLabels {
+    /// `same_node` (the place was held here) or `other_node`.
+    pub node: &'static str,
+}
+
 /// Labels of `amble_address_refusals_total`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LimitLabels {
@@ -146,6 +153,18 @@ pub struct Metrics {
     /// Sessions ended because their token expired unrefreshed.
     pub auth_expired: Counter,
 
+    // ---- Resume (--resume-grace-ms) ----
+    /// Places held now for members whose connection dropped.
+    pub resume_held: Gauge,
+    /// Places taken back by a resume, by where they were held.
+    pub resumed: Family<ResumeLabels, Counter<u64, AtomicU64>>,
+    /// Held places whose grace ran out (the room saw `Left`).
+    pub resume_expired: Counter,
+    /// Resume tokens not honoured (the Join joined afresh), by reason.
+    pub resume_refused: Family<AuthLabels, Counter<u64, AtomicU64>>,
+    /// Drops that left at once because the node held its cap of places.
+    pub resume_hold_refused: Counter,
+
     // ---- Cluster (NATS) ----
     /// Registered only in cluster mode (see [`Metrics::enable_cluster`]).
     pub cluster_on: std::sync::atomic::AtomicBool,
@@ -236,6 +255,18 @@ impl Metrics {
     /// Counts one Join refused for its token, under `reason`.
     pub fn auth_refuse(&self, reason: &'static str) {
         self.auth_refused
+            .get_or_create(&AuthLabels { reason })
+            .inc();
+    }
+
+    /// Counts one place taken back by a resume (`same_node`, `other_node`).
+    pub fn resumed(&self, node: &'static str) {
+        self.resumed.get_or_create(&ResumeLabels { node }).inc();
+    }
+
+    /// Counts one resume token not honoured, under `reason`.
+    pub fn resume_refuse(&self, reason: &'static str) {
+        self.resume_refused
             .get_or_create(&AuthLabels { reason })
             .inc();
     }
@@ -574,6 +605,33 @@ impl Metrics {
                 "auth_expired",
                 "Connections closed (4003) because their member's token expired without a refresh",
                 self.auth_expired.clone(),
+            );
+
+            // ---- Resume ----
+            r.register(
+                "resume_held",
+                "Places held now for members whose connection dropped without a Leave (--resume-grace-ms)",
+                self.resume_held.clone(),
+            );
+            r.register(
+                "resumed",
+                "Places taken back by a Join with their resume token, by where they were held (same_node, other_node)",
+                self.resumed.clone(),
+            );
+            r.register(
+                "resume_expired",
+                "Held places whose grace ran out: the room saw the member leave",
+                self.resume_expired.clone(),
+            );
+            r.register(
+                "resume_refused",
+                "Resume tokens not honoured (the Join joined afresh), by reason (malformed, unknown, other_user)",
+                self.resume_refused.clone(),
+            );
+            r.register(
+                "resume_hold_refused",
+                "Dropped connections whose member left at once: the node held its cap of places (--max-connections)",
+                self.resume_hold_refused.clone(),
             );
 
             // ---- Cluster (NATS) ----

@@ -207,6 +207,8 @@ export interface WelcomeInfo {
   limits: Limits;
   /** True after a reconnect. */
   rejoined: boolean;
+  /** True when the server gave back the place it held since the drop: the others saw nothing (revision 4). */
+  resumed: boolean;
 }
 
 export interface ChatInfo {
@@ -256,6 +258,8 @@ export interface AmbleEvents {
   /** The answer to `find`: a page of the members whose name starts with `prefix`. */
   found: (info: FoundInfo) => void;
   resync: (members: Map<number, Member>) => void;
+  /** A member's id changed (it resumed its place through another node): the same member, now `member.id`; no `left`, no `joined`. */
+  renumbered: (member: Member, oldId: number) => void;
   pong: (rttMs: number) => void;
   error: (info: ErrorInfo) => void;
   closed: (info: CloseInfo) => void;
@@ -309,6 +313,8 @@ export declare class AmbleClient {
   readonly serverRevision: number | null;
   /** When the member's token expires (ms since the epoch, server time); null without one. */
   readonly tokenExpiresAtMs: number | null;
+  /** The newest Welcome's resume token, sent with the Join of every reconnect and failover to the room; null without one. */
+  readonly resumeToken: string | null;
   walkSpeed: number;
   token: string | null;
   getToken: AmbleClientOptions['getToken'] | null;

@@ -553,6 +553,18 @@ client.on('population', () => {
 
 client.on('resync', () => syncEntries());
 
+// A member resumed its place through another node: the same person under a
+// new id. Its entry (sprite, colour, bubble) follows; nothing to announce.
+client.on('renumbered', (m, oldId) => {
+  const e = byId.get(oldId);
+  if (!e) return;
+  byId.delete(oldId);
+  e.id = m.id;
+  byId.set(m.id, e);
+  retag(e.name);
+  peopleDirty = true;
+});
+
 client.on('chat', ({ member, memberId, text, serverTimeMs }) => {
   const e = byId.get(memberId);
   if (e) {

@@ -163,6 +163,15 @@ pub struct Opts {
     #[arg(long)]
     pub tolerate_connect_failures: bool,
 
+    /// Drops and resumes: this share of the bots (0 to 1) closes its socket
+    /// abruptly each second, on average, and joins again at once with its
+    /// resume token (`Welcome.resume_token`), as a browser whose network
+    /// blinked. Delivery is still counted exactly: a dropped session
+    /// expects from each sender what came before its last delivery, the
+    /// resumed one what follows its snapshot.
+    #[arg(long, value_name = "FRACTION", default_value_t = 0.0)]
+    pub drops_per_sec: f64,
+
     /// Fail (exit status 1) if the delivery rate is below this, e.g. 0.999.
     #[arg(long, value_name = "RATE")]
     pub min_delivery: Option<f64>,
@@ -422,6 +431,10 @@ impl Opts {
             },
         };
 
+        ensure!(
+            (0.0..=1.0).contains(&self.drops_per_sec),
+            "--drops-per-sec is a share of the bots, from 0 to 1"
+        );
         let plan = Plan {
             target,
             more_targets: targets,
@@ -446,6 +459,7 @@ impl Opts {
                 disconnects: self.tolerate_disconnects,
                 connect_failures: self.tolerate_connect_failures,
             },
+            drops_per_sec: self.drops_per_sec,
         };
         if let Some(files) = files {
             plan.check_open_files(files)?;

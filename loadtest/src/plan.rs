@@ -62,6 +62,11 @@ pub struct Plan {
     /// What does not fail the run.
     #[serde(default)]
     pub tolerate: Tolerance,
+    /// The share of the bots that drop their connection each second (on
+    /// average: each bot at random times) and join again at once with their
+    /// resume token; 0: none.
+    #[serde(default)]
+    pub drops_per_sec: f64,
 }
 
 /// How bots move.
@@ -476,6 +481,7 @@ mod tests {
             room_names: RoomNames::Run,
             crowds: false,
             tolerate: Tolerance::default(),
+            drops_per_sec: 0.0,
         }
     }
 

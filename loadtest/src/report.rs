@@ -92,6 +92,12 @@ pub struct LoadReport {
     /// Bots the server disconnected (or whose connection failed) during the
     /// run.
     pub disconnected: u64,
+    /// Connections the bots dropped on purpose (`--drops-per-sec`), and of
+    /// their rejoins, those that got the held place back and those that
+    /// joined afresh.
+    pub drops: u64,
+    pub resumed: u64,
+    pub fresh_rejoins: u64,
     pub rooms: u32,
     pub room_size: u32,
     pub movement: Movement,
@@ -178,6 +184,9 @@ impl LoadReport {
             connected_min: tally.connected_min,
             connect_failures: tally.connect_failures(),
             disconnected: c.disconnected,
+            drops: c.drops,
+            resumed: c.resumed,
+            fresh_rejoins: c.fresh_rejoins,
             rooms: plan.rooms,
             room_size: plan.room_size,
             movement: plan.movement,
@@ -467,6 +476,16 @@ impl fmt::Display for LoadReport {
             self.connect_failures,
             self.disconnected
         )?;
+        if self.drops > 0 {
+            writeln!(
+                f,
+                "  drops         {} dropped on purpose ({:.1}/s), {} resumed their place, {} joined afresh",
+                self.drops,
+                self.drops as f64 / self.measured_s.max(f64::MIN_POSITIVE),
+                self.resumed,
+                self.fresh_rejoins
+            )?;
+        }
         writeln!(
             f,
             "  moves         {} sent ({:.0}/s), {} applied by the server",

@@ -89,6 +89,12 @@ counters! {
     round_trips,
     /// Bots whose connection the server closed (or that failed) before the run's end.
     disconnected,
+    /// Connections dropped on purpose (--drops-per-sec).
+    drops,
+    /// Rejoins after a drop that got the held place back (`Welcome.resumed`).
+    resumed,
+    /// Rejoins after a drop that joined afresh (the place was not held).
+    fresh_rejoins,
     /// Spatial rooms: in-window records of members outside the receiver's band (must stay 0).
     interest_leaked,
     /// Spatial rooms: members that came into a bot's view, inside the window.

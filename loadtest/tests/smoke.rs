@@ -46,6 +46,52 @@ async fn run(opts: Opts) -> Report {
         .expect("run")
 }
 
+/// `--drops-per-sec`: bots drop their connection and resume their place
+/// with their token; nobody misses an update that was not on its way when
+/// a socket went, and every rejoin gets its place back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bots_that_drop_and_resume_still_get_every_update() {
+    let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
+    let url = server.ws_url();
+    let opts = opts(&[
+        "--url",
+        &url,
+        "--bots",
+        "40",
+        "--room-size",
+        "10",
+        "--move-interval",
+        "200ms",
+        "--duration",
+        "3s",
+        "--warmup",
+        "500ms",
+        "--drops-per-sec",
+        "0.2",
+        "--quiet",
+    ]);
+    let report = run(opts).await;
+    let Report::Load(r) = report else {
+        panic!("a load report")
+    };
+    // 40 bots, a fifth of them a second, for about 3.5 s: about 28 drops.
+    assert!(r.drops >= 5, "{r:#?}");
+    assert_eq!(r.resumed, r.drops, "every rejoin resumed: {r:#?}");
+    assert_eq!(r.fresh_rejoins, 0);
+    assert_eq!(r.disconnected, 0);
+    assert!(r.errors.is_empty(), "errors: {:?}", r.errors);
+    assert_eq!(r.updates_received, r.updates_expected, "{r:#?}");
+    assert_eq!(r.duplicates, 0);
+    assert!(r.updates_expected > 0);
+    assert_eq!(r.connected, 40);
+    assert_eq!(
+        server
+            .metric("amble_resumed_total{node=\"same_node\"}")
+            .await,
+        r.drops as f64
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fifty_bots_get_every_update() {
     let server = start(&["--tick-ms", "20", "--move-interval-ms", "100"]).await;
@@ -756,7 +802,10 @@ async fn sigterm_prints_the_interrupted_report() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(sample.get("amble_members"), Some(0.0));
+    assert_eq!(sample.get("amble_connections"), Some(0.0));
+    // Their places are held for the resume grace (they closed without a
+    // Leave), and only those.
+    assert_eq!(sample.get("amble_members"), sample.get("amble_resume_held"));
     server.stop().await;
 }
 

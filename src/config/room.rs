@@ -39,6 +39,16 @@ pub struct RoomConfig {
           value_parser = clap::value_parser!(u16).range(0..=1024))]
     pub tick_workers: u16,
 
+    /// How long a member whose connection dropped without a Leave (closed,
+    /// failed, idle, not reading) keeps its place, milliseconds: nobody
+    /// sees it leave, and a Join with its resume token (`Welcome`) takes
+    /// the place back. After it, the usual `Left`. Held places count in the
+    /// room's capacity; a node holds at most --max-connections of them.
+    /// 0 holds none (members leave at once, and `Welcome` has no token).
+    #[arg(long, display_order = 120, env = "AMBLE_RESUME_GRACE_MS", default_value_t = 10_000,
+          value_parser = clap::value_parser!(u32).range(0..=600_000))]
+    pub resume_grace_ms: u32,
+
     /// Spatial rooms (area of interest, docs/protocol.md "Spatial rooms"):
     /// rooms whose name matches one of these patterns (a name, or a prefix
     /// ending in `*`; comma-separated; empty for none) send each member
@@ -89,6 +99,10 @@ fn parse_room_pattern(text: &str) -> Result<String, String> {
 impl RoomConfig {
     pub fn tick(&self) -> Duration {
         Duration::from_millis(u64::from(self.tick_ms))
+    }
+
+    pub fn resume_grace(&self) -> Duration {
+        Duration::from_millis(u64::from(self.resume_grace_ms))
     }
 
     /// Whether `room` is a spatial room.

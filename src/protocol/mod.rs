@@ -152,6 +152,9 @@ pub enum Command {
         /// The member's data, checked (a token's `data` claim may still
         /// override entries).
         data: Data,
+        /// The place to take back (`Welcome.resume_token` of an earlier
+        /// connection), unchecked; empty for a fresh join.
+        resume_token: String,
     },
     Move {
         motion: Motion,
@@ -253,6 +256,7 @@ pub fn decode_client(frame: &[u8], rules: &Rules) -> Result<Command, DecodeError
                 token: join.token,
                 start,
                 data,
+                resume_token: join.resume_token,
             })
         }
         Body::Move(mv) => {

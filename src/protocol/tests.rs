@@ -39,6 +39,7 @@ fn decodes_a_join() {
     assert_eq!(
         decode_client(&join("lobby", "Ada"), &rules()),
         Ok(Command::Join {
+            resume_token: String::new(),
             room: "lobby".into(),
             name: "Ada".into(),
             token: String::new(),
@@ -64,6 +65,7 @@ fn a_join_may_carry_a_start_within_the_world() {
     assert_eq!(
         decode_client(&at(120, 4_999), &rules()),
         Ok(Command::Join {
+            resume_token: String::new(),
             room: "lobby".into(),
             name: "Ada".into(),
             token: String::new(),
@@ -90,6 +92,7 @@ fn a_join_with_a_token_may_leave_the_name_to_it() {
     assert_eq!(
         decode_client(&with_token(""), &rules()),
         Ok(Command::Join {
+            resume_token: String::new(),
             room: "lobby".into(),
             name: String::new(),
             token: "a.b.c".into(),

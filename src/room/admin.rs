@@ -95,11 +95,13 @@ impl Rooms {
         let mut taken = Vec::new();
         for handle in handles {
             for listed in self.listed(&handle, select) {
+                // A held place (its connection dropped) has no sink, and
+                // goes all the same.
                 let found = {
                     let st = handle.state();
                     let seat = st.members.get(&listed.id).map(|m| m.seat);
                     let sink = handle.out().sink(listed.id).map(Arc::clone);
-                    seat.zip(sink)
+                    seat.map(|seat| (seat, sink))
                 };
                 let Some((seat, sink)) = found else { continue };
                 // The app's own doing: `member.kicked` before its `member.left`.
@@ -114,7 +116,9 @@ impl Rooms {
                 }
                 let reason = removal.leave_reason();
                 fan_out(|| self.remove(&handle, listed.id, seat, reason)).await;
-                sink.removed(removal.clone());
+                if let Some(sink) = sink {
+                    sink.removed(removal.clone());
+                }
                 taken.push(listed);
             }
         }

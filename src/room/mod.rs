@@ -21,7 +21,7 @@
 //! them and speak to them (`admin`).
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -35,6 +35,7 @@ use crate::protocol::{
     Changes, Data, DataError, LeaveReason, MemberId, Motion, MotionRecord, Position, Rules,
     encode_motion, encode_server, motion_time, pb,
 };
+use crate::room::resume::{Places, ResumeToken};
 use crate::room::sink::{Frame, Removal, Sink};
 
 /// How rooms behave; taken from the server config.
@@ -54,6 +55,12 @@ pub struct RoomSettings {
     pub world: Position,
     /// Sent to every member in `Welcome`.
     pub limits: pb::Limits,
+    /// How long the place of a member whose connection dropped is held
+    /// for a resume (`--resume-grace-ms`); zero holds none.
+    pub resume_grace: Duration,
+    /// Places held at most on this node at once; a drop past it leaves at
+    /// once.
+    pub max_held: usize,
     /// Spatial rooms (area of interest), when any are configured.
     pub spatial: Option<spatial::SpatialSettings>,
 }
@@ -89,6 +96,9 @@ pub struct Rooms {
     clock: Clock,
     metrics: Arc<Metrics>,
     shutting_down: AtomicBool,
+    /// Places held on this node now, in every room (under
+    /// `settings.max_held`).
+    held: AtomicUsize,
 }
 
 /// One room: its members' state, and the sinks its frames go to.
@@ -162,6 +172,8 @@ struct State {
     open: bool,
     /// Cluster mode: the other nodes' parts and this node's publishing.
     remote: Option<Box<remote::Remote>>,
+    /// Local members' resume tokens and held places.
+    places: Places,
     /// A spatial room: who lives in which cell (`None`: a plain room,
     /// where everyone sees everyone).
     spatial: Option<Box<spatial::Spatial>>,
@@ -171,7 +183,10 @@ struct State {
 }
 
 struct Member {
-    /// Unique for the server's lifetime; see [`Rooms::seats`].
+    /// Unique for the server's lifetime (see [`Rooms::seats`]) in its low
+    /// 48 bits, which other nodes know ([`wire_seat`]); the high 16 bits
+    /// count the resumes of the place ([`next_lease`]), so the connection
+    /// a resume took it from can act on nothing.
     seat: u64,
     /// The app's user (a token's `sub`), if the server knows users. For
     /// another node's member: the user it shows (`share_user` is then set).
@@ -213,6 +228,9 @@ pub struct Arrival {
     /// When the member's token expires (`Welcome.token_expires_at_ms`), ms
     /// since the Unix epoch; 0 without a token.
     pub token_expires_at_ms: u64,
+    /// The Join's resume token: take back the place it names, if it is
+    /// still held for this user (else the Join joins afresh).
+    pub resume: Option<ResumeToken>,
 }
 
 /// A room name, how many members it has and how many it takes, for
@@ -368,6 +386,21 @@ fn find_page(members: &BTreeMap<MemberId, Member>, prefix: &str, cursor: u32) ->
     found
 }
 
+/// Bits of a member's seat below its lease: its seat as other nodes know it.
+const LEASE_SHIFT: u32 = 48;
+
+/// A member's seat as other nodes know it: without its lease (the count
+/// of its resumes, which only this node's connections need to tell apart).
+fn wire_seat(seat: u64) -> u64 {
+    seat & ((1 << LEASE_SHIFT) - 1)
+}
+
+/// `seat` with the next lease: the same seat to other nodes, another to
+/// this node's connections (wraps after 65,536 resumes of one place).
+fn next_lease(seat: u64) -> u64 {
+    seat.wrapping_add(1 << LEASE_SHIFT)
+}
+
 /// `ms` since the Unix epoch in whole seconds (a u32 holds them until 2106).
 fn unix_secs(ms: u64) -> u32 {
     u32::try_from(ms / 1000).unwrap_or(u32::MAX)
@@ -425,6 +458,7 @@ impl Rooms {
             clock,
             metrics,
             shutting_down: AtomicBool::new(false),
+            held: AtomicUsize::new(0),
         })
     }
 
@@ -535,6 +569,7 @@ impl Rooms {
                         let opening = self.openings.fetch_add(1, Ordering::Relaxed) + 1;
                         Box::new(remote::Remote::new(c.room_subject(room), opening))
                     }),
+                    places: Places::default(),
                     spatial: self
                         .spatial_settings(room)
                         .map(|s| Box::new(spatial::Spatial::new(s.grid()))),
@@ -564,8 +599,23 @@ impl Rooms {
             claimed,
             share_user,
             token_expires_at_ms,
+            resume,
         } = arrival;
         let room = handle.name();
+        if let Some(token) = resume {
+            match self.resumable(&st, &token, user.as_ref()) {
+                Ok(id) => {
+                    let taker = hold::Taker {
+                        token,
+                        id,
+                        claimed,
+                        token_expires_at_ms,
+                    };
+                    return Ok(self.resume_locked(handle, st, taker, sink));
+                }
+                Err(refusal) => self.metrics.resume_refuse(refusal.reason()),
+            }
+        }
         let spatial_settings = st
             .spatial
             .as_ref()
@@ -584,9 +634,14 @@ impl Rooms {
         let now_ms = self.clock.now_ms();
         let hooks = self.hooks.get();
         let had_local = !st.local_since_ms.is_empty();
-        // The user's older member leaves first (its id may be reused).
+        // The user's older member leaves first (its id may be reused), held
+        // or not.
         let replaced = match replacing.and_then(|old| Some((old, st.members.remove(&old)?))) {
             Some((old, gone)) => {
+                // Held or not: a held place goes with its member.
+                if st.places.forget(old) {
+                    self.unheld();
+                }
                 let since = st.local_since_ms.remove(&old);
                 if let Some(hooks) = hooks {
                     hooks.left(
@@ -659,18 +714,8 @@ impl Rooms {
         let joined = encode_server(Body::Joined(pb::Joined {
             member: Some(joined_pb),
         }));
-        let welcome = encode_server(Body::Welcome(pb::Welcome {
-            member_id: id.0,
-            room: room.to_owned(),
-            limits: Some(spatial_settings.map_or(self.settings.limits, |s| s.limits)),
-            snapshot: Some(st.snapshot_for(id, now_ms)),
-            server_version: crate::protocol::SERVER_VERSION.to_owned(),
-            protocol_revision: crate::protocol::PROTOCOL_REVISION,
-            token_expires_at_ms,
-            resume_token: String::new(),
-            resumed: false,
-            population: u32::try_from(st.members.len()).unwrap_or(u32::MAX),
-        }));
+        let next = self.issue_token(&mut st, id);
+        let welcome = self.welcome(&st, room, id, token_expires_at_ms, next, false);
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.
         let mut out = handle.out();
@@ -678,18 +723,22 @@ impl Rooms {
         if let Some(batch) = early_batch {
             out.publish(&batch, &self.metrics);
         }
+        // A held member has no sink, but the room still sees it go.
         let replaced_sink = replaced.and_then(|old| {
-            let at = out.sinks.iter().position(|(m, _)| *m == old)?;
-            let (_, old_sink) = out.sinks.remove(at);
             let left = encode_server(Body::Left(pb::Left {
                 member_id: old.0,
                 reason: LeaveReason::Replaced as i32,
             }));
+            let old_sink = out
+                .sinks
+                .iter()
+                .position(|(m, _)| *m == old)
+                .map(|at| out.sinks.remove(at).1);
             match &replaced_audience {
                 None => out.publish(&left, &self.metrics),
                 Some(to) => self.metrics.sent_to(out.write_to(&left, to), left.len()),
             }
-            Some(old_sink)
+            old_sink
         });
         match &audience {
             None => out.publish(&joined, &self.metrics),
@@ -716,13 +765,43 @@ impl Rooms {
             seat,
             claimed,
             left: false,
+            resumed: false,
         })
     }
 
+    /// The `Welcome` for member `id` of `room`, with the room's snapshot
+    /// as it is under `st`.
+    fn welcome(
+        &self,
+        st: &State,
+        room: &str,
+        id: MemberId,
+        token_expires_at_ms: u64,
+        resume_token: Option<ResumeToken>,
+        resumed: bool,
+    ) -> Frame {
+        let spatial = st.spatial.as_ref().and(self.settings.spatial.as_ref());
+        encode_server(Body::Welcome(pb::Welcome {
+            member_id: id.0,
+            room: room.to_owned(),
+            limits: Some(spatial.map_or(self.settings.limits, |s| s.limits)),
+            snapshot: Some(st.snapshot_for(id, self.clock.now_ms())),
+            server_version: crate::protocol::SERVER_VERSION.to_owned(),
+            protocol_revision: crate::protocol::PROTOCOL_REVISION,
+            token_expires_at_ms,
+            resume_token: resume_token.map(|t| t.to_string()).unwrap_or_default(),
+            resumed,
+            population: u32::try_from(st.members.len()).unwrap_or(u32::MAX),
+        }))
+    }
+
+    /// Removes member `id` (in `seat`) from `room`; the others see
+    /// `Left{reason}`.
     fn remove(&self, room: &Arc<Room>, id: MemberId, seat: u64, reason: LeaveReason) {
         let (now_empty, linger) = {
             let mut st = room.state();
-            // Gone already (replaced), or the id is someone else's now.
+            // Gone already (replaced), the id is someone else's now, or a
+            // resume took the place to another connection.
             if st.members.get(&id).is_none_or(|m| m.seat != seat) {
                 return;
             }
@@ -749,6 +828,9 @@ impl Rooms {
                         hooks.local_vacated(&room.name);
                     }
                 }
+            }
+            if st.places.forget(id) {
+                self.unheld();
             }
             let shutting_down = self.shutting_down.load(Ordering::Relaxed);
             let (now_empty, linger) = match self.cluster.get() {
@@ -915,6 +997,8 @@ pub struct Membership {
     /// The entries the token's `data` claim set, which SetData cannot change.
     claimed: Data,
     left: bool,
+    /// This membership took back a held place (a resume).
+    resumed: bool,
 }
 
 impl Membership {
@@ -969,7 +1053,7 @@ impl Membership {
         let cluster = self.rooms.cluster.get();
         fan_out(|| {
             let mut st = self.room.state();
-            let Some(member) = st.members.get_mut(&self.id).filter(|m| m.seat == self.seat) else {
+            let Some(member) = st.members.get_mut(&self.id).filter(|m| self.owns(m)) else {
                 return Ok(());
             };
             let data = member.data.merged(changes, &self.claimed, rules)?;
@@ -1046,17 +1130,25 @@ impl Membership {
         .await
     }
 
+    /// Whether this membership took back a held place (`Welcome.resumed`).
+    pub fn resumed(&self) -> bool {
+        self.resumed
+    }
+
     /// Leaves the room; the others get `Left` with `reason`.
     pub async fn leave(mut self, reason: LeaveReason) {
         self.left = true;
         fan_out(|| self.rooms.remove(&self.room, self.id, self.seat, reason)).await;
     }
 
-    /// Whether this member is still in the room (not replaced).
+    /// Whether this member is still in the room (not replaced, and its
+    /// place not taken by a resume).
     fn is_in(&self, st: &State) -> bool {
-        st.members
-            .get(&self.id)
-            .is_some_and(|m| m.seat == self.seat)
+        st.members.get(&self.id).is_some_and(|m| self.owns(m))
+    }
+
+    fn owns(&self, m: &Member) -> bool {
+        m.seat == self.seat
     }
 }
 
@@ -1071,8 +1163,10 @@ impl Drop for Membership {
 
 pub mod admin;
 mod grid;
+mod hold;
 pub mod interest;
 mod remote;
+pub mod resume;
 pub mod sink;
 pub mod spatial;
 mod tick;

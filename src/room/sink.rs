@@ -35,6 +35,12 @@ pub trait Sink: Send + Sync + 'static {
     /// the room sends it nothing more, and its connection should tell it
     /// why and end. Never blocks.
     fn removed(&self, _removal: Removal) {}
+
+    /// The member's place was taken back by a resume from a newer
+    /// connection (its client gave this one up): the room sends it nothing
+    /// more, and its connection should end quietly; the room saw nothing.
+    /// Never blocks.
+    fn superseded(&self) {}
 }
 
 /// Why the room took a member out: each ends its connection with its own

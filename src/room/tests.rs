@@ -1,5 +1,7 @@
 use std::collections::VecDeque;
 
+mod resume;
+
 use super::*;
 use crate::protocol::{decode_motion, pb::ServerMessage};
 use prost::Message as _;
@@ -13,6 +15,8 @@ struct Inbox {
     lagged: AtomicBool,
     /// Told by the room that it took this member out, and why.
     removed: Mutex<Option<Removal>>,
+    /// Told by the room that a resume took this member's place.
+    superseded: AtomicBool,
     capacity: usize,
     arrived: Notify,
 }
@@ -23,6 +27,7 @@ impl Inbox {
             frames: Mutex::new(VecDeque::new()),
             lagged: AtomicBool::new(false),
             removed: Mutex::new(None),
+            superseded: AtomicBool::new(false),
             capacity,
             arrived: Notify::new(),
         })
@@ -66,6 +71,10 @@ impl Sink for Inbox {
     fn removed(&self, removal: Removal) {
         *self.removed.lock().expect("inbox lock") = Some(removal);
     }
+
+    fn superseded(&self) {
+        self.superseded.store(true, Ordering::Relaxed);
+    }
 }
 
 fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
@@ -78,6 +87,8 @@ fn rooms(capacity: usize, tick_ms: u64) -> Arc<Rooms> {
             spawn: Position { x: 10, y: 10 },
             world: Position { x: 5_000, y: 5_000 },
             limits: pb::Limits::default(),
+            resume_grace: Duration::ZERO,
+            max_held: 0,
             spatial: None,
         },
         Clock::start(),
@@ -392,6 +403,8 @@ fn spawn_points_are_spread_and_inside_the_world() {
         spawn: Position { x: 2_500, y: 2_500 },
         world: Position { x: 5_000, y: 5_000 },
         limits: pb::Limits::default(),
+        resume_grace: Duration::ZERO,
+        max_held: 0,
         spatial: None,
     };
     let points: Vec<_> = (0..500)

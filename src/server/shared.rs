@@ -103,6 +103,8 @@ pub(crate) fn state(
                 y: config.room.world_height,
             },
             limits: config.limits(),
+            resume_grace: config.room.resume_grace(),
+            max_held: config.max_connections as usize,
             spatial: (!config.room.spatial_rooms.is_empty()).then(|| {
                 let world = Position {
                     x: config.room.spatial_world_width,

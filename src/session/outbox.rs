@@ -66,6 +66,8 @@ struct State<S> {
     /// The room took this member out (a newer connection of its user, the
     /// server API).
     removed: Option<Removal>,
+    /// A resume from a newer connection took this member's place.
+    superseded: bool,
     /// When the current backlog began (`None` while the queue is empty),
     /// and the start of the backlog the connection task was last told of.
     backlog: Option<Instant>,
@@ -92,6 +94,9 @@ pub enum Event {
     /// The room took the member out: a newer connection of the same user
     /// took its place, or the app removed it.
     Removed(Removal),
+    /// A resume (the same client, from a newer connection) took this
+    /// member's place.
+    Superseded,
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
@@ -108,6 +113,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
                 lagged: false,
                 failed: false,
                 removed: None,
+                superseded: false,
                 overflowed: false,
                 sealed: false,
                 backlog: None,
@@ -212,6 +218,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Outbox<S> {
         if let Some(removal) = &st.removed {
             return Poll::Ready(Event::Removed(removal.clone()));
         }
+        if st.superseded {
+            return Poll::Ready(Event::Superseded);
+        }
         match st.drain(cx) {
             Poll::Ready(Ok(())) => {}
             Poll::Ready(Err(_)) => {
@@ -261,6 +270,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin + Send + 'static> Sink for Outbox<S> {
     fn removed(&self, removal: Removal) {
         let mut st = self.lock();
         st.removed = Some(removal);
+        st.wake();
+    }
+
+    fn superseded(&self) {
+        let mut st = self.lock();
+        st.superseded = true;
         st.wake();
     }
 }

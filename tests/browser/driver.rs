@@ -370,6 +370,17 @@ impl Page {
             .unwrap_or_else(|err| panic!("{label}: {what}: {err}"))
     }
 
+    /// Runs the DevTools protocol command `cmd` with `params` on the page
+    /// (chromedriver's `goog/cdp/execute`) and returns its result.
+    pub async fn cdp(&self, cmd: &str, params: Value) -> Value {
+        let command = Cdp {
+            cmd: cmd.to_owned(),
+            params,
+        };
+        self.command(&format!("DevTools {cmd}"), self.client.issue_cmd(command))
+            .await
+    }
+
     pub async fn goto(&self, url: &str) {
         self.command(&format!("open {url}"), self.client.goto(url))
             .await;
@@ -665,6 +676,33 @@ impl WebDriverCompatibleCommand for BrowserLog {
         (
             axum::http::Method::POST,
             Some(json!({ "type": "browser" }).to_string()),
+        )
+    }
+}
+
+/// A DevTools protocol command through chromedriver (outside the W3C set).
+#[derive(Debug)]
+struct Cdp {
+    cmd: String,
+    params: Value,
+}
+
+impl WebDriverCompatibleCommand for Cdp {
+    fn endpoint(
+        &self,
+        base_url: &url::Url,
+        session_id: Option<&str>,
+    ) -> Result<url::Url, url::ParseError> {
+        base_url.join(&format!(
+            "session/{}/goog/cdp/execute",
+            session_id.unwrap_or_default()
+        ))
+    }
+
+    fn method_and_body(&self, _url: &url::Url) -> (axum::http::Method, Option<String>) {
+        (
+            axum::http::Method::POST,
+            Some(json!({ "cmd": self.cmd, "params": self.params }).to_string()),
         )
     }
 }

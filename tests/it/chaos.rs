@@ -75,6 +75,10 @@ const TAG_Y: u32 = 4_900;
 /// Nodes' flags: faster failure detection (the NATS blips stay under the
 /// timeout), a short linger, and budgets the workload never hits.
 const NODE_ARGS: &[&str] = &[
+    // The clients here reconnect as fresh joins, without resume tokens: a
+    // held place would show each of them twice for the grace.
+    "--resume-grace-ms",
+    "0",
     "--cluster-heartbeat-ms",
     "500",
     "--cluster-node-timeout-ms",

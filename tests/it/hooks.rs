@@ -227,6 +227,8 @@ async fn deliveries_are_signed_batched_and_survive_failures_and_stalls() {
         c.hooks.webhook_secret_file = Some(secret);
         c.hooks.webhook_batch = 2;
         c.hooks.webhook_timeout_ms = 300;
+        // The drops below leave (member.left) after this short resume grace.
+        c.room.resume_grace_ms = 200;
     }))
     .await;
 

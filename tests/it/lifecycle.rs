@@ -15,7 +15,8 @@ fn left(m: &pb::ServerMessage) -> Option<(u32, i32)> {
 
 #[tokio::test]
 async fn join_snapshot_joined_and_left() {
-    let server = TestServer::start().await;
+    // A short resume grace: the silent drop below is told after it.
+    let server = TestServer::with(config(|c| c.room.resume_grace_ms = 300)).await;
     let (mut ada, w) = server.joined("lobby", "Ada").await;
     assert_eq!((w.member_id, w.room.as_str()), (0, "lobby"));
     let limits = w.limits.expect("limits");
@@ -63,7 +64,8 @@ async fn join_snapshot_joined_and_left() {
     ada.until(|m| matches!(m.body, Some(S::Joined(_))).then_some(()))
         .await;
 
-    // Disconnect without a word: the others see DISCONNECTED.
+    // Disconnect without a word: its place is held for the resume grace
+    // (tests/it/resume.rs), then the others see DISCONNECTED.
     drop(bo);
     assert_eq!(ada.until(left).await, (1, LeaveReason::Disconnected as i32));
 }
@@ -137,6 +139,8 @@ async fn an_idle_connection_times_out_and_the_room_is_told() {
     let server = TestServer::with(config(|c| {
         c.session.idle_timeout_ms = 3_000;
         c.session.ping_interval_ms = 1_000;
+        // The place is held this long after the timeout, then TIMED_OUT.
+        c.room.resume_grace_ms = 2_000;
     }))
     .await;
     let (mut watcher, _) = server.joined("lobby", "watcher").await;

@@ -19,5 +19,6 @@ mod lifecycle;
 mod movement;
 mod node_sdk;
 mod proxy;
+mod resume;
 mod spatial;
 mod support;

@@ -260,6 +260,8 @@ async fn a_reader_that_stops_reading_is_closed_after_the_send_timeout() {
         c.edge.socket_send_buffer = 4_096;
         c.session.chat_interval_ms = 1;
         c.session.chat_burst = 10_000;
+        // Its place is held this long after the close, then DISCONNECTED.
+        c.room.resume_grace_ms = 300;
     }))
     .await;
     // A tiny receive window, then never a read; it keeps sending pings,
@@ -286,7 +288,8 @@ async fn a_reader_that_stops_reading_is_closed_after_the_send_timeout() {
         }
     }
     assert!(server.metric("amble_send_backlogs_total").await >= 1.0);
-    // Within the send timeout (plus the wait's own bound) it is closed.
+    // Within the send timeout (plus the wait's own bound, and the resume
+    // grace) it is closed.
     let gone = talker
         .until(|m| match &m.body {
             Some(S::Left(l)) => Some(Some((l.member_id, l.reason))),

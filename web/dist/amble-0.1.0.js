@@ -1854,12 +1854,14 @@ const CLOSE_TOKEN_EXPIRED = 4003;
 const CLOSE_KICKED = 4004;
 const CLOSE_BANNED = 4005;
 const CLOSE_ROOM_CLOSED = 4006;
+/** Close code of a connection whose place a resume from a newer one took. */
+const CLOSE_RESUMED = 4001;
 
 /** Close codes after which retrying would only repeat the offence (or, for
- * 4000, take the room back from your own newer tab; for 4004-4006, undo
+ * 4000 and 4001, take the room back from your own newer tab or connection; for 4004-4006, undo
  * what the app decided). */
 const NO_RETRY_CLOSE_CODES = new Set([
-  1003, 1007, 1008, 1009, CLOSE_REPLACED, CLOSE_KICKED, CLOSE_BANNED, CLOSE_ROOM_CLOSED,
+  1003, 1007, 1008, 1009, CLOSE_REPLACED, CLOSE_KICKED, CLOSE_BANNED, CLOSE_ROOM_CLOSED, CLOSE_RESUMED,
 ]);
 const NO_RETRY_ERRORS = new Set([
   ErrorCode.FLOOD,
@@ -1920,7 +1922,9 @@ function serverUrls(options) {
  *
  * Events (`client.on(type, fn)` returns a function that unsubscribes):
  * - `state` (state, previous)
- * - `welcome` ({ room, me, members, limits, rejoined }) — joined a room
+ * - `welcome` ({ room, me, members, limits, rejoined, resumed }) — joined a
+ *   room; `resumed`: the server gave back the place held since a drop (the
+ *   others saw nothing)
  * - `joined` (member) — someone else came in
  * - `left` (member, reason) — someone left (reason: LeaveReason)
  * - `moved` (member) — a motion update for someone else
@@ -1937,6 +1941,9 @@ function serverUrls(options) {
  * - `data` (member, previous) — a member's data changed (yours included):
  *   `member.data` is the new one, `previous` the one before
  * - `resync` (members) — the member list was replaced by a snapshot
+ * - `renumbered` (member, oldId) — a member's id changed (it resumed its
+ *   place through another node of a cluster): the same member, now
+ *   `member.id`; no `left`, no `joined`
  * - `pong` (rttMs)
  * - `error` ({ code, message, text, refused }) — Error from the server
  * - `closed` ({ code, reason, error, willReconnect, retryInMs, url, nextUrl, text })
@@ -2008,6 +2015,12 @@ class AmbleClient {
     this.serverRevision = null;
     /** When the member's token expires (ms since the epoch, server time): null without one. */
     this.tokenExpiresAtMs = null;
+    /**
+     * The newest Welcome's resume token: sent with the Join of every
+     * reconnect and failover to the same room, so the server gives the
+     * held place back (null: none, or not in a room).
+     */
+    this.resumeToken = null;
     this.warnedServers = new Set(); // `${version}/${revision}` already warned about
     /** The last Error the server sent, and the last close. */
     this.lastError = null;
@@ -2249,8 +2262,12 @@ class AmbleClient {
       !(expired && this.getToken === null);
     const retryInMs = retry ? backoffDelay(this.attempt, this.reconnect, this.random) : null;
     const url = this.url;
-    // Each retry goes to the next server in the list (the same one when there is one).
-    if (retry) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
+    // Each retry goes to the next server in the list (the same one when there is one),
+    // except the first after a drop from a server that is not going away (1001) while
+    // this client holds a resume token: that server holds the place, the others
+    // cannot give it back, so it is asked first.
+    const resumeHere = this.resumeToken !== null && this.wsOpened && this.attempt === 0 && code !== 1001;
+    if (retry && !resumeHere) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
     this.lastClose = {
       code,
       reason: ev.reason ?? '',
@@ -2296,9 +2313,12 @@ class AmbleClient {
 
   /**
    * `options.pageLifecycle` (default true, in a browser): on `pagehide` the
-   * client leaves its room and closes its socket (1000), so a page kept in
-   * the back/forward cache, or being unloaded, does not stay in the room;
-   * on `pageshow` from the cache it reconnects and rejoins as after a drop.
+   * client closes its socket (1000). A page going into the back/forward
+   * cache (`persisted`) closes without a Leave: the server holds its place
+   * for the resume grace, and on `pageshow` from the cache the client
+   * reconnects with its resume token and gets the place back, unseen by the
+   * others (after the grace: a fresh join; the others saw it leave). A page
+   * being unloaded leaves its room first, so it never lingers there.
    * `options.pageTarget` is where the listeners go (`globalThis` by default;
    * tests give their own).
    */
@@ -2314,12 +2334,14 @@ class AmbleClient {
     this.pageTarget = options.pageLifecycle === false ? null : target;
     this.pageListening = false;
     this.pageHidden = false; // left and closed on pagehide, until pageshow
-    this.onPageHide = () => {
+    this.onPageHide = (event) => {
       if (!this.active || this.pageHidden) return;
       this.pageHidden = true;
-      // Leave first, so the others see a Left at once; this.wanted and
-      // this.me stay, so pageshow rejoins as after a drop.
-      if (this.state === State.JOINED || this.state === State.JOINING) this.sendLeave();
+      // Into the cache: no Leave, the server holds the place and pageshow
+      // resumes it (this.wanted, this.me and the token stay). Unloaded:
+      // Leave first, so the others see a Left at once.
+      const cached = event?.persisted === true && this.resumeToken !== null;
+      if (!cached && (this.state === State.JOINED || this.state === State.JOINING)) this.sendLeave();
       this.stopTimers();
       this.dropSocket('page hidden');
       this.attempt = 0;
@@ -2373,6 +2395,7 @@ class AmbleClient {
     this.pending = null;
     this.lastSentStand = null;
     this.tokenExpiresAtMs = null;
+    this.resumeToken = null;
   }
 
   // -------------------------------------------------------------- sending
@@ -2392,8 +2415,11 @@ class AmbleClient {
     this.setState(State.JOINING);
     const { room, name, start } = this.wanted;
     const data = dataEntries(this.wanted.data);
+    // Back in the room we were in (a reconnect, a failover, a page back
+    // from the cache): ask for the held place. A new arrival has no token.
+    const resumeToken = this.me !== null && this.room === room ? (this.resumeToken ?? '') : '';
     if (this.getToken === null) {
-      this.send({ join: { room, name, token: this.token ?? '', start, data } });
+      this.send({ join: { room, name, token: this.token ?? '', start, resumeToken, data } });
       return;
     }
     // A fresh token for every Join. Its answer is used only if the socket
@@ -2414,7 +2440,7 @@ class AmbleClient {
           this.tokenFailed(new TypeError('getToken must resolve to a token string'));
           return;
         }
-        this.send({ join: { room, name, token, start, data } });
+        this.send({ join: { room, name, token, start, resumeToken, data } });
       },
       (err) => {
         if (current()) this.tokenFailed(err);
@@ -2712,7 +2738,24 @@ class AmbleClient {
     else if (msg.disappeared) this.onDisappeared(msg.disappeared);
     else if (msg.population) this.onPopulation(msg.population);
     else if (msg.found) this.onFound(msg.found);
+    else if (msg.renumbered) this.onRenumbered(msg.renumbered);
     if (msg.motion.length > 0) this.onMotion(msg.motion);
+  }
+
+  /**
+   * Renumbered: a member resumed its place through another node, whose
+   * ids differ. The same Member object moves to its new id, motion and
+   * interpolation included: nothing to see, no `left` and no `joined`.
+   */
+  onRenumbered(r) {
+    if (this.state !== State.JOINED || r.oldId === r.newId) return;
+    const m = this.members.get(r.oldId);
+    if (!m) return;
+    this.members.delete(r.oldId);
+    m.id = r.newId;
+    this.members.set(r.newId, m);
+    if (this.memberId === r.oldId) this.memberId = r.newId;
+    this.emit('renumbered', m, r.oldId);
   }
 
   onWelcome(w) {
@@ -2730,6 +2773,7 @@ class AmbleClient {
     this.memberId = w.memberId;
     this.room = w.room;
     this.tokenExpiresAtMs = w.tokenExpiresAtMs || null;
+    this.resumeToken = w.resumeToken || null;
     this.replaceMembers(snapshot.members, this.members.size > 0);
     this.me = this.members.get(w.memberId) ?? null;
     if (!this.me) {
@@ -2758,6 +2802,7 @@ class AmbleClient {
       members: this.members,
       limits: this.limits,
       rejoined: previous !== null,
+      resumed: w.resumed === true,
     });
   }
 

@@ -198,3 +198,128 @@ test('pageLifecycle: false adds no listeners; under Node the default adds none e
   assert.equal(node.client.pageTarget, null, 'no window or document under Node');
   assert.throws(() => setup({ pageTarget: {} }), /pageTarget must have addEventListener/);
 });
+
+// Held places (revision 4): the Welcome's resume token goes with every
+// Join back into the same room, and a page going into the cache closes
+// without a Leave so that its place is held.
+
+const TOKEN = 'ab'.repeat(16);
+const NEXT = 'cd'.repeat(16);
+const resumable = (memberId, members, resumeToken, resumed = false) => ({
+  welcome: { ...welcome(memberId, members).welcome, protocolRevision: 4, resumeToken, resumed },
+});
+
+/** In room lobby as Me (member 1) with Ada (0), holding resume token TOKEN. */
+function held(options) {
+  const s = setup(options);
+  s.client.join('lobby', 'Me', { start: { x: 100, y: 200 }, data: { colour: 'teal' } });
+  s.last().open();
+  s.last().receive(resumable(1, [wire(0, 'Ada', 10, 10), wire(1, 'Me', 100, 200)], TOKEN));
+  assert.equal(s.client.resumeToken, TOKEN);
+  return s;
+}
+
+test('pagehide into the cache with a resume token: no Leave, the place is held; pageshow resumes it', () => {
+  const { client, sockets, page, of, last } = held();
+  const left = [];
+  client.on('left', (m) => left.push(m.id));
+  const ada = client.members.get(0);
+  page.fire('pagehide', { persisted: true });
+  assert.equal(sockets[0].sentOf('leave').length, 0, 'no Leave: the server holds the place');
+  assert.deepEqual(sockets[0].closedWith, { code: 1000, reason: 'page hidden' });
+  page.fire('pageshow', { persisted: true });
+  last().open();
+  assert.deepEqual(last().sentOf('join'), [{ ...JOIN, resumeToken: TOKEN }]);
+  last().receive(resumable(1, [wire(0, 'Ada', 10, 10), wire(1, 'Me', 100, 200)], NEXT, true));
+  const w = of('welcome')[1];
+  assert.equal(w.resumed, true);
+  assert.equal(w.rejoined, true);
+  assert.deepEqual([...client.members.keys()].sort(), [0, 1], 'one of you, one Ada');
+  assert.equal(client.members.get(0), ada, 'the others are the same objects');
+  assert.deepEqual(left, []);
+  assert.equal(client.resumeToken, NEXT, 'the next token, for the next drop');
+});
+
+test('an unload (not persisted) leaves, even with a resume token', () => {
+  const { sockets, page } = held();
+  page.fire('pagehide', { persisted: false });
+  assert.equal(sockets[0].sentOf('leave').length, 1);
+});
+
+test('every reconnect and failover sends the newest token; a new join, a leave or a close sends none', () => {
+  const { client, timers, last } = held({ url: ['ws://a/ws', 'ws://b/ws'] });
+  const retry = () => {
+    const [[id, { fn }]] = [...timers.entries()].filter(([, t]) => t.ms > 100);
+    timers.delete(id);
+    fn();
+  };
+  last().onclose({ code: 1006, reason: '' });
+  retry();
+  assert.equal(last().url, 'ws://a/ws', 'the node that holds the place first');
+  last().onclose({ code: 1006, reason: '' });
+  retry();
+  assert.equal(last().url, 'ws://b/ws', 'failover to the next node');
+  last().open();
+  assert.equal(last().sentOf('join')[0].resumeToken, TOKEN);
+  last().receive(resumable(9, [wire(0, 'Ada', 10, 10), wire(9, 'Me', 100, 200)], NEXT));
+  assert.equal(client.memberId, 9);
+  assert.equal(client.resumeToken, NEXT);
+  client.join('other', 'Me');
+  assert.equal(last().sentOf('join')[1].resumeToken, '', 'another room: a fresh arrival');
+  assert.equal(client.resumeToken, null);
+  client.close();
+  assert.equal(client.resumeToken, null);
+});
+
+test('Renumbered moves a member to its new id: the same object, no left and no joined', () => {
+  const { client, last, of } = held();
+  const joined = [];
+  client.on('joined', (m) => joined.push(m.id));
+  const renumbered = [];
+  client.on('renumbered', (m, old) => renumbered.push([m.id, old]));
+  const ada = client.members.get(0);
+  last().receive({ renumbered: { oldId: 0, newId: 17 } });
+  assert.equal(client.members.get(17), ada);
+  assert.equal(ada.id, 17);
+  assert.equal(client.members.has(0), false);
+  assert.deepEqual(renumbered, [[17, 0]]);
+  assert.deepEqual(of('left'), []);
+  assert.deepEqual(joined, []);
+  // Yourself, renumbered: your id follows.
+  last().receive({ renumbered: { oldId: 1, newId: 33 } });
+  assert.equal(client.memberId, 33);
+  assert.equal(client.me.id, 33);
+  assert.equal(client.members.get(33), client.me);
+  // An id nobody has changes nothing.
+  last().receive({ renumbered: { oldId: 5, newId: 6 } });
+  assert.deepEqual([...client.members.keys()].sort((a, b) => a - b), [17, 33]);
+});
+
+test('close 4001 (the place resumed from a newer connection) is not retried', () => {
+  const { client, last, timers } = held();
+  last().onclose({ code: 4001, reason: 'resumed by a newer connection' });
+  assert.equal(client.state, State.CLOSED);
+  assert.equal([...timers.values()].filter((t) => t.ms > 100).length, 0);
+});
+
+test('several urls with a resume token: the first retry after a drop goes back to the same server, the next ones on', () => {
+  const { client, last, timers } = held({ url: ['ws://a/ws', 'ws://b/ws'] });
+  const retry = () => {
+    const [[id, { fn }]] = [...timers.entries()].filter(([, t]) => t.ms > 100);
+    timers.delete(id);
+    fn();
+  };
+  last().onclose({ code: 1006, reason: '' });
+  assert.equal(client.url, 'ws://a/ws', 'the server that holds the place first');
+  retry();
+  assert.equal(last().url, 'ws://a/ws');
+  last().onclose({ code: 1006, reason: '' }); // it is gone: never opened
+  assert.equal(client.url, 'ws://b/ws', 'then the next one');
+  retry();
+  last().open();
+  assert.equal(last().sentOf('join')[0].resumeToken, TOKEN);
+  // A server going away (1001) is left for the next one at once.
+  last().receive(resumable(9, [wire(0, 'Ada', 10, 10), wire(9, 'Me', 100, 200)], NEXT));
+  last().onclose({ code: 1001, reason: 'server shutting down' });
+  assert.equal(client.url, 'ws://a/ws');
+});

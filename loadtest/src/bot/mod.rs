@@ -102,6 +102,9 @@ enum Ended {
     AsPlanned,
     /// The server closed the connection, or it failed.
     Lost,
+    /// The bot drops its connection on purpose (`--drops-per-sec`), to
+    /// join again with its resume token.
+    Dropped,
 }
 
 /// Runs bot number `index` (global) of room `room` until the schedule ends.
@@ -118,7 +121,7 @@ pub async fn run(run: Arc<Run>, index: u32, room: u32) {
     }
     let gauges = &run.stats.gauges;
     let joined = tokio::select! {
-        joined = join(&run, index, room) => joined,
+        joined = join(&run, index, room, "") => joined,
         () = run.halted() => return,
     };
     gauges
@@ -142,23 +145,67 @@ pub async fn run(run: Arc<Run>, index: u32, room: u32) {
     gauges
         .ever_connected
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut session = Session::new(&run, index, ws, welcome);
-    let ended = session.run().await;
-    session.settle();
-    gauges
-        .connected
-        .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
-    if ended == Ended::Lost {
-        run.stats
-            .with(|s| AtomicCounts::bump(&s.counts.disconnected, 1));
+    let mut generation = 0;
+    let mut session = Session::new(&run, index, generation, ws, welcome);
+    loop {
+        let ended = session.run().await;
+        if ended != Ended::Dropped {
+            session.settle();
+            gauges
+                .connected
+                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            if ended == Ended::Lost {
+                run.stats
+                    .with(|s| AtomicCounts::bump(&s.counts.disconnected, 1));
+            }
+            session.close().await;
+            return;
+        }
+        session.settle_cut();
+        let token = session.resume_token().to_owned();
+        session.abort();
+        run.stats.with(|s| AtomicCounts::bump(&s.counts.drops, 1));
+        match join(&run, index, room, &token).await {
+            Ok((ws, welcome)) => {
+                let resumed = welcome.resumed;
+                run.stats.with(|s| {
+                    let counter = if resumed {
+                        &s.counts.resumed
+                    } else {
+                        &s.counts.fresh_rejoins
+                    };
+                    AtomicCounts::bump(counter, 1);
+                });
+                generation += 1;
+                session = Session::new(&run, index, generation, ws, welcome);
+            }
+            Err((kind, code)) => {
+                gauges
+                    .connected
+                    .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                run.stats.with(|s| {
+                    s.error(kind, 1);
+                    if let Some(code) = code {
+                        s.server_error(code);
+                    }
+                    AtomicCounts::bump(&s.counts.disconnected, 1);
+                });
+                return;
+            }
+        }
     }
-    session.close().await;
 }
 
 type JoinError = (ErrorKind, Option<i32>);
 
-/// Connects and joins; returns the socket and the Welcome.
-async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome), JoinError> {
+/// Connects and joins (asking for the place `resume_token` names, if not
+/// empty); returns the socket and the Welcome.
+async fn join(
+    run: &Run,
+    index: u32,
+    room: u32,
+    resume_token: &str,
+) -> Result<(Socket, pb::Welcome), JoinError> {
     let plan = &run.plan;
     let source = (!plan.source_addrs.is_empty())
         .then(|| IpAddr::V4(plan.source_addrs[index as usize % plan.source_addrs.len()]));
@@ -175,7 +222,7 @@ async fn join(run: &Run, index: u32, room: u32) -> Result<(Socket, pb::Welcome),
         room: plan.room_name(room),
         name: plan.bot_name(index),
         token: String::new(),
-        resume_token: String::new(),
+        resume_token: resume_token.to_owned(),
     }));
     count_out(run, join.len());
     match timeout(SEND_TIMEOUT, ws.send(Message::Binary(join.into()))).await {

@@ -76,6 +76,8 @@ pub(super) struct Session<'a> {
     /// Reused for every frame: decoding allocates nothing once warm.
     msg: pb::ServerMessage,
     tally: FrameTally,
+    /// The place's resume token (`Welcome.resume_token`), for a rejoin.
+    resume_token: String,
 }
 
 /// The edge of a spatial room's interest rule, from the Welcome's limits:
@@ -112,7 +114,15 @@ enum Due {
 }
 
 impl<'a> Session<'a> {
-    pub(super) fn new(run: &'a Run, index: u32, ws: Socket, welcome: pb::Welcome) -> Self {
+    /// `generation`: how many sessions this bot had before (drops), so
+    /// that each draws other random numbers.
+    pub(super) fn new(
+        run: &'a Run,
+        index: u32,
+        generation: u32,
+        ws: Socket,
+        mut welcome: pb::Welcome,
+    ) -> Self {
         let plan = &run.plan;
         let limits = welcome.limits.unwrap_or_default();
         let me = MemberId(welcome.member_id);
@@ -123,7 +133,8 @@ impl<'a> Session<'a> {
             .unwrap_or_default();
         let world = World::from_limits(&limits);
         let mut rng = SplitMix::new(
-            u64::from(index) << 20 ^ u64::from_str_radix(&plan.run_tag, 16).unwrap_or(0),
+            (u64::from(index) << 20 | u64::from(generation) << 52)
+                ^ u64::from_str_radix(&plan.run_tag, 16).unwrap_or(0),
         );
         let spatial = limits.interest_radius > 0;
         let start = members
@@ -143,13 +154,16 @@ impl<'a> Session<'a> {
             .chat_interval_ms
             .map(|ms| Duration::from_millis(ms.max(u64::from(limits.chat_interval_ms))));
         let trail = run.trail_of(index).cloned().unwrap_or_default();
+        // A resumed session goes on from the last seq of the one before.
+        let seq = trail.newest_seq();
         // Where it stands before its first move: seq 0, so that no move of
         // its first few returns there, and a snapshot showing it there is
-        // read right.
+        // read right. (A session after a drop stands where its moves led.)
         if let Some(motion) = members
             .iter()
             .find(|m| m.id == me.0)
             .and_then(|m| motion_of(m))
+            .filter(|_| seq == 0)
         {
             trail.push(Sent {
                 motion,
@@ -168,13 +182,31 @@ impl<'a> Session<'a> {
             mover: Mover::new(plan.movement, world, start, move_interval),
             band: spatial.then(|| Band::of(&limits)),
             rng,
-            seq: 0,
+            seq,
             move_interval,
             chat_interval,
             chats: 0,
             msg: pb::ServerMessage::default(),
             tally: FrameTally::default(),
+            resume_token: std::mem::take(&mut welcome.resume_token),
         }
+    }
+
+    /// The token that takes this session's place back after a drop.
+    pub(super) fn resume_token(&self) -> &str {
+        &self.resume_token
+    }
+
+    /// When this session drops its connection on purpose: each bot drops
+    /// at random times, `drops_per_sec` of the bots a second on average.
+    fn next_drop(&mut self, now: Instant) -> Option<Instant> {
+        let rate = self.run.plan.drops_per_sec;
+        if rate <= 0.0 {
+            return None;
+        }
+        // An exponential wait: -ln(u) / rate seconds, u in (0, 1].
+        let u = (self.rng.below(1 << 30) as f64 + 1.0) / f64::from(1u32 << 30);
+        Some(now + Duration::from_secs_f64((-u.ln() / rate).min(3_600.0)))
     }
 
     /// Up to 5% more than `interval`, never less.
@@ -197,9 +229,15 @@ impl<'a> Session<'a> {
         let move_timer = sleep_until(next_move.into());
         let chat_timer = sleep_until(next_chat.unwrap_or(schedule.drain_end).into());
         let end = sleep_until(schedule.drain_end.into());
+        // Drops only inside the window, so the figures see them (and the
+        // ramp is not slowed by them).
+        let drop_at = self
+            .next_drop(now.max(schedule.window_start))
+            .filter(|t| *t < schedule.window_end);
+        let drop_timer = sleep_until(drop_at.unwrap_or(schedule.drain_end).into());
         let run = self.run;
         let halted = run.halted();
-        tokio::pin!(move_timer, chat_timer, end, halted);
+        tokio::pin!(move_timer, chat_timer, end, halted, drop_timer);
         loop {
             let sending = next_move < schedule.window_end;
             let chatting = next_chat.is_some_and(|t| t < schedule.window_end);
@@ -213,6 +251,7 @@ impl<'a> Session<'a> {
                     }
                     continue;
                 }
+                () = &mut drop_timer, if drop_at.is_some() => return Ended::Dropped,
                 () = &mut move_timer, if sending => Due::Move,
                 () = &mut chat_timer, if chatting => Due::Chat,
             };
@@ -477,13 +516,29 @@ impl<'a> Session<'a> {
     /// Counts the deliveries this bot should have had, now that its session
     /// is over (see [`Ledger::finish`]).
     pub(super) fn settle(&mut self) {
+        self.settle_with(Ledger::finish);
+    }
+
+    /// As [`settle`](Self::settle), for a connection dropped on purpose:
+    /// each sender's moves count up to the last one received.
+    pub(super) fn settle_cut(&mut self) {
+        self.settle_with(Ledger::cut);
+    }
+
+    fn settle_with(&mut self, settle: fn(&mut Ledger, &mut FrameTally)) {
         self.tally.clear();
-        self.ledger.finish(&mut self.tally);
+        settle(&mut self.ledger, &mut self.tally);
         let expected = self.tally.expected;
         self.run
             .stats
             .with(|s| AtomicCounts::bump(&s.counts.updates_expected, expected));
         self.run.unsettled.send_modify(|n| *n = n.saturating_sub(1));
+    }
+
+    /// Drops the connection without a close handshake (a network that
+    /// blinked): the server sees the socket end.
+    pub(super) fn abort(self) {
+        drop(self.ws);
     }
 
     /// Closes the socket, bounded.

@@ -355,6 +355,20 @@ impl Ledger {
         }
     }
 
+    /// This bot drops its connection on purpose (and will resume): every
+    /// view is settled up to the last move it received of that sender.
+    /// What came after it was on its way when the socket went: not lost,
+    /// the resumed session's snapshot shows where it led.
+    pub fn cut(&mut self, out: &mut FrameTally) {
+        for i in 0..self.peers.len() {
+            let Some(peer) = self.peers.get_mut(i).and_then(Option::take) else {
+                continue;
+            };
+            self.closed.push((peer.trail, peer.from, peer.last));
+        }
+        self.finish(out);
+    }
+
     /// A motion batch arrived at `now`.
     pub fn motion(&mut self, records: &[MotionRecord], now: Instant, out: &mut FrameTally) {
         for record in records {

@@ -351,6 +351,23 @@ fn a_lost_update_is_counted_lost() {
     assert_eq!((out.applied, out.expected, out.received), (4, 4, 2));
 }
 
+/// A receiver that drops its connection on purpose (and resumes) expects
+/// each sender's moves up to the last one it received: a gap before it is
+/// still a loss, the moves after it were on their way when the socket went.
+#[test]
+fn a_dropped_session_expects_up_to_its_last_delivery() {
+    let mut p = Pair::new(None, &[]);
+    p.moves(at(1), 1);
+    p.deliver(at(1));
+    p.moves(at(2), 2); // applied, never delivered: lost
+    p.moves(at(3), 3);
+    p.deliver(at(3));
+    p.moves(at(4), 4); // on its way when the receiver dropped
+    p.receiver.cut(&mut p.out);
+    p.sender.finish(&mut p.out);
+    assert_eq!((p.out.applied, p.out.expected, p.out.received), (4, 3, 2));
+}
+
 /// Senders on different nodes arrive in any order relative to each
 /// other: each is accounted on its own (per-sender order is all that
 /// holds), and a frame may hold local and remote moves together.

@@ -34,7 +34,7 @@ use self::sequence::Sequence;
 use crate::cluster::wire::{self, Update, UpdateParts};
 use crate::cluster::{Cluster, RoomSide};
 use crate::protocol::{LeaveReason, MemberId, MotionRecord};
-use crate::room::{Rooms, State, member_pb};
+use crate::room::{Rooms, State, member_pb, wire_seat};
 
 mod apply;
 mod cutter;
@@ -162,7 +162,7 @@ impl RoomSide for Rooms {
             .members
             .iter()
             .filter(|(_, m)| m.origin.is_none())
-            .map(|(id, m)| wire::joined_op(member_pb(*id, m), m.seat))
+            .map(|(id, m)| wire::joined_op(member_pb(*id, m), wire_seat(m.seat)))
             .collect();
         let bytes = wire::encode_update(
             cluster.origin_pb(),

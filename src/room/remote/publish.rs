@@ -82,7 +82,7 @@ pub(in crate::room) fn published_join(
         }
         None => r.local += 1,
     }
-    ops.push(wire::joined_op(joined, seat));
+    ops.push(wire::joined_op(joined, crate::room::wire_seat(seat)));
     r.publish_ops(cluster, ops);
 }
 

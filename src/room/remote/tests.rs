@@ -65,6 +65,8 @@ impl Node {
                 spawn: Position { x: 10, y: 10 },
                 world: Position { x: 5_000, y: 5_000 },
                 limits: pb::Limits::default(),
+                resume_grace: Duration::ZERO,
+                max_held: 0,
                 spatial: None,
             },
             Clock::start(),

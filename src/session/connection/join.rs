@@ -14,6 +14,7 @@ use crate::access::throttle::Verdict;
 use crate::protocol::{
     Data, DecodeError, ErrorCode, LeaveReason, Position, check_position, validate_name,
 };
+use crate::room::resume::ResumeToken;
 use crate::room::sink::Removal;
 use crate::room::{Arrival, JoinError};
 
@@ -22,6 +23,8 @@ pub(super) struct Asked {
     pub(super) name: String,
     pub(super) start: Option<Position>,
     pub(super) data: Data,
+    /// The Join's resume token (empty: a fresh join).
+    pub(super) resume_token: String,
 }
 
 impl Connection {
@@ -34,6 +37,7 @@ impl Connection {
             name: asked,
             start: asked_start,
             data: asked_data,
+            resume_token,
         } = asked;
         let metrics = &self.shared.metrics;
         let mut admission = self.shared.gate.admit(token, room).map_err(|refusal| {
@@ -88,7 +92,15 @@ impl Connection {
             )
         })?;
         let token_expires_at_ms = admission.expires_at.take().map_or(0, expires_at_ms);
+        // A token that cannot be one joins afresh, like an unknown one.
+        let resume = match resume_token.as_str() {
+            "" => None,
+            text => ResumeToken::parse(text)
+                .inspect_err(|refusal| metrics.resume_refuse(refusal.reason()))
+                .ok(),
+        };
         Ok(Arrival {
+            resume,
             token_expires_at_ms,
             name,
             share_user: admission.share_sub && admission.user.is_some(),
@@ -175,7 +187,7 @@ impl Connection {
                 tracing::Span::current()
                     .record("room", room.as_str())
                     .record("member", m.id().0);
-                debug!("joined");
+                debug!(resumed = m.resumed(), "joined");
                 // A ban that landed while this member arrived: its sweep
                 // may have missed the member, so it leaves now.
                 if let Some((until_ms, reason)) = user.as_deref().and_then(|u| self.ban_of(u)) {

@@ -63,6 +63,10 @@ pub mod close {
     /// Private use: the member's token expired and was not refreshed.
     /// Joining again takes a fresh token.
     pub const TOKEN_EXPIRED: u16 = 4003;
+    /// Private use: the member's place was taken back by a resume from a
+    /// newer connection (the client gave this one up). Nothing to do: the
+    /// newer connection has the place.
+    pub const RESUMED: u16 = 4001;
     /// Private use: the app removed the member (server API).
     pub const KICKED: u16 = 4004;
     /// Private use: the app banned the member's user (server API).
@@ -110,6 +114,8 @@ enum End {
     /// The room took the member out: a newer connection of the same user
     /// joined it, or the app removed the member or closed the room.
     Removed(Removal),
+    /// A resume from a newer connection took the member's place.
+    Superseded,
     /// The member's token expired (past the leeway) without a refresh.
     TokenExpired,
 }
@@ -122,7 +128,17 @@ impl End {
             Self::Idle => LeaveReason::TimedOut,
             Self::Refused { .. } | Self::TokenExpired => LeaveReason::Kicked,
             Self::Removed(removal) => removal.leave_reason(),
+            // The place is another connection's: no one leaves.
+            Self::Superseded => LeaveReason::Disconnected,
         }
+    }
+
+    /// Whether the member's place is held for a resume: the client
+    /// vanished (the socket closed or failed without a Leave, went quiet
+    /// past the idle timeout, or stopped reading). Not after a refusal, a
+    /// replacement, a token's expiry or a shutdown.
+    fn holds_place(&self) -> bool {
+        matches!(self, Self::Gone | Self::Idle | Self::Stalled)
     }
 
     fn close_frame(&self) -> Option<(u16, &'static str)> {
@@ -137,6 +153,7 @@ impl End {
             Self::Removed(Removal::Kicked { .. }) => Some((close::KICKED, "kicked")),
             Self::Removed(Removal::Banned { .. }) => Some((close::BANNED, "banned")),
             Self::Removed(Removal::RoomClosed) => Some((close::ROOM_CLOSED, "room closed")),
+            Self::Superseded => Some((close::RESUMED, "resumed by a newer connection")),
             Self::TokenExpired => Some((close::TOKEN_EXPIRED, "token expired")),
         }
     }
@@ -366,6 +383,7 @@ impl Connection {
                     Event::Overflowed => Err(End::Stalled),
                     Event::Failed => Err(End::Gone),
                     Event::Removed(removal) => Err(End::Removed(removal)),
+                    Event::Superseded => Err(End::Superseded),
                 },
                 () = &mut deferral, if armed.is_some() => {
                     armed = None;
@@ -411,7 +429,11 @@ impl Connection {
     async fn finish(&mut self, end: End) {
         debug!(?end, "connection ends");
         if let Some(m) = self.membership.take() {
-            m.leave(end.leave_reason()).await;
+            if end.holds_place() {
+                m.hold(end.leave_reason()).await;
+            } else {
+                m.leave(end.leave_reason()).await;
+            }
         }
         if matches!(end, End::Idle) {
             self.shared.metrics.timeouts.inc();
@@ -593,7 +615,16 @@ impl Connection {
                 token,
                 start,
                 data,
-            } => Box::pin(self.join(room, Asked { name, start, data }, token, now)).await,
+                resume_token,
+            } => {
+                let asked = Asked {
+                    name,
+                    start,
+                    data,
+                    resume_token,
+                };
+                Box::pin(self.join(room, asked, token, now)).await
+            }
             Command::Move { motion, seq } => {
                 let Some(m) = &self.membership else {
                     return self.refuse(ErrorCode::NotJoined, "Move before Join").await;

@@ -301,3 +301,19 @@ async fn a_replaced_member_wakes_its_connection_once_told() {
         .expect("task");
     assert_eq!(woken, Event::Removed(Removal::Replaced));
 }
+
+#[tokio::test]
+async fn a_superseded_member_wakes_its_connection_once_told() {
+    let (outbox, _reader) = pair(64 * 1024, 64 * 1024).await;
+    assert!(is_pending(&outbox));
+    let waiting = {
+        let outbox = Arc::clone(&outbox);
+        tokio::spawn(async move { event(&outbox).await })
+    };
+    Sink::superseded(&*outbox);
+    let woken = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("woken")
+        .expect("task");
+    assert_eq!(woken, Event::Superseded);
+}
