@@ -695,7 +695,11 @@ impl Rooms {
             origin: None,
             joined_at_s: unix_secs(now_ms),
         };
-        st.local_since_ms.insert(id, now_ms);
+        // Kept only for the webhooks: without them it would cost every
+        // member an entry for nothing.
+        if hooks.is_some() {
+            st.local_since_ms.insert(id, now_ms);
+        }
         if let Some(hooks) = hooks {
             hooks.joined(&handle.name, id.0, &member.name, member.user.clone());
         }
