@@ -145,8 +145,14 @@ async fn a_page_back_from_the_cache_resumes_its_place_unseen() {
             )
             .await;
         assert_eq!(seen_id, bo_id, "the same member all along");
-        // The notices are batched for 0.4 s: give them time to show.
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        // The notices go out in one batch: once the join shows, a leave
+        // would have shown with it or before.
+        ada.wait_for(
+            "Bo's join notice",
+            "() => document.querySelector('#messages').textContent.includes('Bo joined')",
+            &[],
+        )
+        .await;
         assert_eq!(says(&ada, "Bo left").await, 0, "Ada saw Bo leave");
         assert_eq!(says(&ada, "Bo joined").await, 1, "Ada saw Bo join again");
         bo.wait_for(
