@@ -110,6 +110,38 @@ pub struct RemoteMember {
     pub data: Data,
     /// The app's user it shows (its token allowed it), if any.
     pub user: Option<Arc<str>>,
+    /// Its app user (the token's `sub`), shown or not (`Op.sub`; a node
+    /// that predates it sends only the shown one).
+    pub sub: Option<Arc<str>>,
+    /// The hash of its current resume token ([`ResumeHash`]), if it has one.
+    pub resume_hash: Option<ResumeHash>,
+    /// Whose place it takes, in a delta's `Joined`.
+    pub replaces: Option<Replaces>,
+}
+
+/// The first 16 bytes of the SHA-256 of a resume token: enough to
+/// recognise a token shown to another node, never enough to make one.
+pub type ResumeHash = [u8; 16];
+
+/// Whose place a joined member takes (`Op.replaces`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Replaces {
+    /// The node the older member was connected to.
+    pub node: Arc<str>,
+    pub id: MemberId,
+    /// Its seat there ([`wire_seat`](crate::room) form).
+    pub seat: u64,
+    /// The same session resumed (a `Renumbered`), rather than the same user
+    /// joining again (a `Left` with REPLACED).
+    pub resumed: bool,
+}
+
+/// What a local member's `Joined` op carries besides the member.
+#[derive(Clone, Debug, Default)]
+pub struct JoinedExtra {
+    pub sub: Option<Arc<str>>,
+    pub resume_hash: Option<ResumeHash>,
+    pub replaces: Option<Replaces>,
 }
 
 /// One change to the origin's members, checked.
@@ -119,6 +151,8 @@ pub enum Op {
     Left {
         id: MemberId,
         reason: LeaveReason,
+        /// It goes on through another node (`Op.handed_over`).
+        handed_over: bool,
     },
     Chat {
         id: MemberId,
@@ -129,6 +163,11 @@ pub enum Op {
     Data {
         id: MemberId,
         data: Data,
+    },
+    /// The member's place has a new resume token (a resume on its node).
+    ResumeHash {
+        id: MemberId,
+        hash: ResumeHash,
     },
 }
 
@@ -299,8 +338,24 @@ fn member(
         motion,
         moved_at_ms: m.moved_at_ms,
         data,
+        sub: user.clone(),
         user,
+        resume_hash: None,
+        replaces: None,
     })
+}
+
+/// A resume hash: 16 bytes, or none.
+fn resume_hash(bytes: &[u8]) -> Result<Option<ResumeHash>, WireError> {
+    match bytes.len() {
+        0 => Ok(None),
+        16 => {
+            let mut hash = [0u8; 16];
+            hash.copy_from_slice(bytes);
+            Ok(Some(hash))
+        }
+        _ => Err(WireError::Member("a resume hash is 16 bytes")),
+    }
 }
 
 /// Reads the envelope every cluster payload travels in.
@@ -347,7 +402,39 @@ pub fn decode_update(bytes: &[u8], slots: u32, rules: &Rules) -> Result<Update, 
         use cpb::op::Op as O;
         let seat = op.seat;
         let op = match op.op.ok_or(WireError::Member("empty op"))? {
-            O::Joined(m) => Op::Joined(member(m, seat, &from, rules)?),
+            O::Joined(m) => {
+                let mut m = member(m, seat, &from, rules)?;
+                if op.sub.len() > MAX_SUB_BYTES {
+                    return Err(WireError::Member("sub too long"));
+                }
+                m.sub = if op.sub.is_empty() {
+                    m.user.clone()
+                } else {
+                    Some(Arc::from(op.sub))
+                };
+                m.resume_hash = resume_hash(&op.resume_hash)?;
+                m.replaces = match op.replaces {
+                    None => None,
+                    Some(r) if valid_node_name(&r.node) => Some(Replaces {
+                        node: Arc::from(r.node),
+                        id: MemberId(r.member_id),
+                        seat: r.seat,
+                        resumed: r.resumed,
+                    }),
+                    Some(_) => return Err(WireError::Member("bad replaced node")),
+                };
+                Op::Joined(m)
+            }
+            O::NewToken(h) => {
+                let id = MemberId(h.member_id);
+                if !from.owns(id) {
+                    return Err(WireError::Member("id outside the sender's slot"));
+                }
+                match resume_hash(&h.hash)? {
+                    Some(hash) => Op::ResumeHash { id, hash },
+                    None => return Err(WireError::Member("empty resume hash")),
+                }
+            }
             O::Left(l) => {
                 let id = MemberId(l.member_id);
                 if !from.owns(id) {
@@ -355,7 +442,11 @@ pub fn decode_update(bytes: &[u8], slots: u32, rules: &Rules) -> Result<Update, 
                 }
                 let reason = LeaveReason::try_from(l.reason)
                     .map_err(|_| WireError::Member("unknown leave reason"))?;
-                Op::Left { id, reason }
+                Op::Left {
+                    id,
+                    reason,
+                    handed_over: op.handed_over,
+                }
             }
             O::Chat(c) => {
                 let id = MemberId(c.member_id);
@@ -551,9 +642,23 @@ pub fn encode_api_answer(me: &cpb::Origin, mut answer: cpb::ApiAnswer) -> Bytes 
 
 /// A joined member, in its `seat` on this node, as an op.
 pub fn joined_op(member: pb::Member, seat: u64) -> cpb::Op {
+    joined_op_with(member, seat, JoinedExtra::default())
+}
+
+/// A joined member as an op, with what only the other nodes see.
+pub fn joined_op_with(member: pb::Member, seat: u64, extra: JoinedExtra) -> cpb::Op {
     cpb::Op {
         op: Some(cpb::op::Op::Joined(member)),
         seat,
+        sub: extra.sub.map(|s| s.to_string()).unwrap_or_default(),
+        resume_hash: extra.resume_hash.map(|h| h.to_vec()).unwrap_or_default(),
+        replaces: extra.replaces.map(|r| cpb::Replaces {
+            node: r.node.to_string(),
+            member_id: r.id.0,
+            seat: r.seat,
+            resumed: r.resumed,
+        }),
+        ..Default::default()
     }
 }
 
@@ -564,7 +669,26 @@ pub fn left_op(id: MemberId, reason: LeaveReason) -> cpb::Op {
             member_id: id.0,
             reason: reason as i32,
         })),
-        seat: 0,
+        ..Default::default()
+    }
+}
+
+/// A local member that goes on through another node, as an op.
+pub fn handed_over_op(id: MemberId) -> cpb::Op {
+    cpb::Op {
+        handed_over: true,
+        ..left_op(id, LeaveReason::Disconnected)
+    }
+}
+
+/// A local member's new resume token (its hash) as an op.
+pub fn resume_hash_op(id: MemberId, hash: ResumeHash) -> cpb::Op {
+    cpb::Op {
+        op: Some(cpb::op::Op::NewToken(cpb::ResumeHash {
+            member_id: id.0,
+            hash: hash.to_vec(),
+        })),
+        ..Default::default()
     }
 }
 
@@ -572,7 +696,7 @@ pub fn left_op(id: MemberId, reason: LeaveReason) -> cpb::Op {
 pub fn chat_op(chat: pb::ChatMessage) -> cpb::Op {
     cpb::Op {
         op: Some(cpb::op::Op::Chat(chat)),
-        seat: 0,
+        ..Default::default()
     }
 }
 
@@ -580,7 +704,7 @@ pub fn chat_op(chat: pb::ChatMessage) -> cpb::Op {
 pub fn data_op(data: pb::MemberData) -> cpb::Op {
     cpb::Op {
         op: Some(cpb::op::Op::Data(data)),
-        seat: 0,
+        ..Default::default()
     }
 }
 

@@ -17,7 +17,7 @@ use std::sync::{Arc, MutexGuard};
 use crate::protocol::{Data, LeaveReason, MemberId};
 use crate::room::resume::{Refusal, ResumeToken};
 use crate::room::sink::Sink;
-use crate::room::{Membership, Room, Rooms, State, fan_out, next_lease};
+use crate::room::{Membership, Room, Rooms, State, fan_out, next_lease, remote};
 
 /// A Join taking back a held place (or a place whose connection is still
 /// open): what it brings.
@@ -99,6 +99,11 @@ impl Rooms {
         // them (as for a join).
         let early_batch = self.batch_before_join(&mut st);
         let next = self.issue_token(&mut st, id);
+        // The other nodes learn the new token's hash: the next reconnect
+        // may reach one of them.
+        if let (Some(cluster), Some(next)) = (self.cluster.get(), next) {
+            remote::published_resume_hash(cluster, &mut st, id, next.hash());
+        }
         let welcome = self.welcome(&st, handle.name(), id, token_expires_at_ms, next, true);
         let mut out = handle.out();
         drop(st);

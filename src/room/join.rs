@@ -2,7 +2,9 @@
 //! member replaced, the id, the spawn point, `Welcome` and `Joined`, in one
 //! step under the room's lock.
 
+use super::remote::takeover;
 use super::*;
+use crate::cluster::wire;
 
 impl Rooms {
     /// Joins `room` (creating it) as `name`, with `sink` for its frames. On
@@ -129,6 +131,9 @@ impl Rooms {
             resume,
         } = arrival;
         let room = handle.name();
+        // A place of another node's that this join's resume token names:
+        // the session goes on here (cluster mode).
+        let mut adopt = None;
         if let Some(token) = resume {
             match self.resumable(&st, &token, user.as_ref()) {
                 Ok(id) => {
@@ -140,6 +145,12 @@ impl Rooms {
                     };
                     return Ok(self.resume_locked(handle, st, taker, sink));
                 }
+                Err(resume::Refusal::Unknown) if st.remote.is_some() => {
+                    match takeover::place_of_token(&st, &token, user.as_ref()) {
+                        Ok(place) => adopt = Some(place),
+                        Err(refusal) => self.metrics.resume_refuse(refusal.reason()),
+                    }
+                }
                 Err(refusal) => self.metrics.resume_refuse(refusal.reason()),
             }
         }
@@ -149,7 +160,13 @@ impl Rooms {
             .and_then(|_| self.settings.spatial.as_ref());
         let capacity = spatial_settings.map_or(self.settings.capacity, |s| s.capacity);
         let replacing = user.as_ref().and_then(|u| st.users.get(u).copied());
-        if st.members.len() - usize::from(replacing.is_some()) >= capacity {
+        // The user's member on another node, which this one replaces.
+        let replacing_remote = match (&adopt, replacing, &user) {
+            (None, None, Some(u)) if st.remote.is_some() => takeover::place_of_user(&st, u),
+            _ => None,
+        };
+        let taking = adopt.is_some() || replacing_remote.is_some();
+        if st.members.len() - usize::from(replacing.is_some() || taking) >= capacity {
             return Err(JoinError::RoomFull {
                 room: room.to_owned(),
                 capacity,
@@ -187,6 +204,13 @@ impl Rooms {
         if let (Some(old), Some(sp)) = (replaced, st.spatial.as_deref_mut()) {
             sp.forget(old);
         }
+        // Another node's member whose place this one takes, out of the
+        // room's state (nobody told yet), and whether it is this session's.
+        let resumed = adopt.is_some();
+        let taken = adopt
+            .or(replacing_remote)
+            .and_then(|place| Some((takeover::take(&mut st, &place, &self.metrics)?, place)));
+        let resumed = resumed && taken.is_some();
         // This node's first member of the room (a replaced member was
         // one already): the webhooks decide whether the room is occupied.
         if let Some(hooks) = hooks
@@ -200,7 +224,7 @@ impl Rooms {
             st.users.insert(Arc::clone(u), id);
         }
         let seat = self.seats.fetch_add(1, Ordering::Relaxed);
-        let member = Member {
+        let mut member = Member {
             seat,
             user,
             share_user,
@@ -222,31 +246,71 @@ impl Rooms {
             origin: None,
             joined_at_s: unix_secs(now_ms),
         };
+        // A resumed session goes on as it was: where it stood or walked,
+        // its name and data.
+        if let Some((old, _)) = taken.as_ref().filter(|_| resumed) {
+            member.name = old.name.clone();
+            member.data = old.data.clone();
+            member.motion = old.motion;
+            member.moved_at_ms = old.moved_at_ms;
+        }
         // Kept only for the webhooks: without them it would cost every
         // member an entry for nothing.
         if hooks.is_some() {
             st.local_since_ms.insert(id, now_ms);
         }
-        if let Some(hooks) = hooks {
+        // A resumed session neither joined nor left, for the app as for
+        // the room.
+        if let Some(hooks) = hooks.filter(|_| !resumed) {
             hooks.joined(&handle.name, id.0, &member.name, member.user.clone());
         }
         let joined_pb = member_pb(id, &member);
         if let Some(sp) = st.spatial.as_deref_mut() {
             sp.place(id, member.motion.position);
         }
+        let sub = member.user.clone();
         st.members.insert(id, member);
         let audience = st.audience(id);
+        let next = self.issue_token(&mut st, id);
         if let Some(cluster) = self.cluster.get() {
-            remote::published_join(cluster, &mut st, replaced, joined_pb.clone(), seat);
+            let extra = wire::JoinedExtra {
+                sub,
+                resume_hash: next.map(|t| t.hash()),
+                replaces: taken.as_ref().map(|(_, place)| wire::Replaces {
+                    node: Arc::clone(&place.node),
+                    id: place.id,
+                    seat: place.seat,
+                    resumed,
+                }),
+            };
+            remote::published_join(cluster, &mut st, replaced, joined_pb.clone(), seat, extra);
         }
         // Moves cut for a tick not yet written: to the members here now,
         // not again to the joiner, whose snapshot shows them.
         let early_batch = self.batch_before_join(&mut st);
-        let joined = encode_server(Body::Joined(pb::Joined {
-            member: Some(joined_pb),
-        }));
-        let next = self.issue_token(&mut st, id);
-        let welcome = self.welcome(&st, room, id, token_expires_at_ms, next, false);
+        // Those here see the place taken: one Renumbered for a session
+        // that resumed, else a Left (REPLACED) of the older member first.
+        let (joined, taken_left) = match &taken {
+            Some((_, place)) if resumed => (
+                encode_server(Body::Renumbered(pb::Renumbered {
+                    old_id: place.id.0,
+                    new_id: id.0,
+                })),
+                None,
+            ),
+            taken => (
+                encode_server(Body::Joined(pb::Joined {
+                    member: Some(joined_pb),
+                })),
+                taken.as_ref().map(|(_, place)| {
+                    encode_server(Body::Left(pb::Left {
+                        member_id: place.id.0,
+                        reason: LeaveReason::Replaced as i32,
+                    }))
+                }),
+            ),
+        };
+        let welcome = self.welcome(&st, room, id, token_expires_at_ms, next, resumed);
         // In order with every room frame: the first frame the new member
         // sees after its snapshot is the first one after it.
         let mut out = handle.out();
@@ -271,6 +335,9 @@ impl Rooms {
             }
             old_sink
         });
+        if let Some(left) = &taken_left {
+            out.publish(left, &self.metrics);
+        }
         match &audience {
             None => out.publish(&joined, &self.metrics),
             Some(to) => self
@@ -286,6 +353,9 @@ impl Rooms {
             self.metrics.members.dec();
             self.metrics.auth_replaced.inc();
         }
+        if resumed {
+            self.metrics.resumed("from_other_node");
+        }
         if let Some(old_sink) = replaced_sink {
             old_sink.removed(Removal::Replaced);
         }
@@ -296,7 +366,7 @@ impl Rooms {
             seat,
             claimed,
             left: false,
-            resumed: false,
+            resumed,
         })
     }
 

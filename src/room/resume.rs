@@ -81,6 +81,17 @@ impl ResumeToken {
     pub fn from_bytes(bits: [u8; 16]) -> Self {
         Self(bits)
     }
+
+    /// What other nodes are told of the token: the first 16 bytes of its
+    /// SHA-256. A node shown the token recognises the place; nobody can
+    /// make the token from it.
+    pub fn hash(&self) -> [u8; 16] {
+        use sha2::Digest as _;
+        let digest = sha2::Sha256::digest(self.0);
+        let mut hash = [0u8; 16];
+        hash.copy_from_slice(&digest[..16]);
+        hash
+    }
 }
 
 fn hex_digit(c: u8) -> Option<u8> {
@@ -140,6 +151,11 @@ impl Places {
     /// Whose place `token` is, without spending it.
     pub fn owner(&self, token: &ResumeToken) -> Option<MemberId> {
         self.tokens.get(token).copied()
+    }
+
+    /// `id`'s current token, if it has one.
+    pub fn token_of(&self, id: MemberId) -> Option<ResumeToken> {
+        self.issued.get(&id).copied()
     }
 
     /// Whether `id` has a token (a place that can be held).
@@ -220,6 +236,20 @@ mod tests {
         ] {
             assert_eq!(ResumeToken::parse(bad), Err(Refusal::Malformed), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn a_token_hash_is_the_head_of_its_sha256() {
+        // SHA-256 of sixteen zero bytes: 374708fff7719dd5979ec875d56cd228...
+        let hash = ResumeToken::from_bytes([0; 16]).hash();
+        assert_eq!(
+            hash,
+            [
+                0x37, 0x47, 0x08, 0xff, 0xf7, 0x71, 0x9d, 0xd5, 0x97, 0x9e, 0xc8, 0x75, 0xd5, 0x6c,
+                0xd2, 0x28
+            ]
+        );
+        assert_ne!(ResumeToken::from_bytes([1; 16]).hash(), hash);
     }
 
     #[test]

@@ -76,7 +76,8 @@ fn an_update_round_trips() {
         u.ops[2],
         Op::Left {
             id: MemberId(17),
-            reason: LeaveReason::Left
+            reason: LeaveReason::Left,
+            handed_over: false,
         }
     );
 }
@@ -129,11 +130,11 @@ fn member_data_is_range_checked_like_client_input() {
     });
     assert!(decode_update(&one(chat), 16, &rules()).is_err());
     let bad_reason = cpb::Op {
-        seat: 0,
         op: Some(cpb::op::Op::Left(pb::Left {
             member_id: 1,
             reason: 99,
         })),
+        ..Default::default()
     };
     assert!(decode_update(&one(bad_reason), 16, &rules()).is_err());
     let truncated = seal(Body::Update(cpb::RoomUpdate {

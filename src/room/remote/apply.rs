@@ -3,21 +3,33 @@
 //! update goes and what it does ([`place`], [`Sequence::receive`]), and
 //! [`Apply`] makes the members, frames and pending moves follow.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, MutexGuard};
 
 use tokio::time::Instant;
 
 use super::sequence::{Decision, Sequence, Target, place};
+use super::takeover::{self, Evicted, HANDOVER_MS, Handover, Place};
 use super::{Part, Remote};
-use crate::cluster::wire::{Op, RemoteMember, Update};
+use crate::cluster::wire::{Op, RemoteMember, ResumeHash, Update};
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
     LeaveReason, MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb,
 };
 use crate::room::sink::Frame;
-use crate::room::{Member, Rooms, State, member_pb};
+use crate::room::{Member, Rooms, State, member_pb, wire_seat};
+
+/// What applying an update leaves to do once the room's lock is let go.
+#[derive(Debug, Default)]
+pub(super) struct Applied {
+    /// The node to ask for a full state, if any.
+    pub(super) ask: Option<Arc<str>>,
+    /// Local members taken out: their connections are told.
+    pub(super) evicted: Vec<Evicted>,
+    /// The linger generation, when the last local member was taken out.
+    pub(super) linger: Option<u64>,
+}
 
 /// Removes `ids` (members of `node`) with `Left{reason}` frames.
 pub(super) fn remove_ids(
@@ -61,6 +73,17 @@ struct Apply<'a> {
     unit: u32,
     /// Moves go out at once (a zero tick), at this server time.
     at_once: Option<(u64, u32)>,
+    /// This node's name.
+    me: &'a str,
+    /// This node's members by app user.
+    users: &'a HashMap<Arc<str>, MemberId>,
+    /// Members other nodes handed over, in sight until taken.
+    handovers: &'a mut Vec<Handover>,
+    /// Local members taken out by this update.
+    evicted: &'a mut Vec<Evicted>,
+    /// Members of other nodes' parts whose place this update gave to
+    /// another (out of their part once the update is applied).
+    unparted: &'a mut Vec<Place>,
 }
 
 impl Apply<'_> {
@@ -70,8 +93,34 @@ impl Apply<'_> {
         members: &mut BTreeMap<MemberId, Member>,
         dirty: &mut Vec<MemberId>,
         ids: &mut BTreeSet<MemberId>,
+        hashes: &mut HashMap<MemberId, ResumeHash>,
         m: RemoteMember,
     ) {
+        // Its id was a member this node handed over and nobody took: that
+        // one leaves now (its node reused the id).
+        if let Some(at) = self
+            .handovers
+            .iter()
+            .position(|h| h.node == *self.node && h.id == m.id)
+        {
+            let h = self.handovers.swap_remove(at);
+            self.end_handover(members, &h);
+        }
+        match hashes.entry(m.id) {
+            std::collections::hash_map::Entry::Occupied(mut e) => match m.resume_hash {
+                Some(hash) => {
+                    e.insert(hash);
+                }
+                None => {
+                    e.remove();
+                }
+            },
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if let Some(hash) = m.resume_hash {
+                    e.insert(hash);
+                }
+            }
+        }
         match members.get_mut(&m.id) {
             Some(known)
                 if known.origin.as_deref() == Some(&**self.node) && known.seat == m.seat =>
@@ -104,10 +153,48 @@ impl Apply<'_> {
                 self.metrics.cluster_bad_messages.inc();
             }
             None => {
+                // Whose place it takes: the one its node named, or (two
+                // joins of one user on two nodes at once) this node's
+                // member of the same user, if the other node's wins.
+                let renumbered = match &m.replaces {
+                    Some(r) => {
+                        let place = Place {
+                            node: Arc::clone(&r.node),
+                            id: r.id,
+                            seat: r.seat,
+                        };
+                        let taken = self.take_place(members, &place, r.resumed.then_some(m.id));
+                        match taken {
+                            Some(old) if r.resumed => Some(old),
+                            Some(old) => {
+                                self.left(old, LeaveReason::Replaced);
+                                None
+                            }
+                            None => None,
+                        }
+                    }
+                    None => {
+                        let local = m.sub.as_ref().and_then(|s| self.users.get(s)).copied();
+                        if let Some(local) = local
+                            && takeover::remote_wins(self.node, self.me)
+                            && let Some(old) = members.remove(&local)
+                        {
+                            self.evicted.push(Evicted {
+                                id: local,
+                                seat: old.seat,
+                                resumed_as: None,
+                                name: old.name,
+                                user: old.user,
+                            });
+                            self.left(local, LeaveReason::Replaced);
+                        }
+                        None
+                    }
+                };
                 let member = Member {
                     seat: m.seat,
                     share_user: m.user.is_some(),
-                    user: m.user,
+                    user: m.sub.or(m.user),
                     name: m.name.into_boxed_str(),
                     data: m.data,
                     motion: m.motion,
@@ -116,14 +203,76 @@ impl Apply<'_> {
                     origin: Some(Arc::clone(self.node)),
                     joined_at_s: super::super::unix_secs(self.now_ms),
                 };
-                self.frames.push(encode_server(Body::Joined(pb::Joined {
-                    member: Some(member_pb(m.id, &member)),
-                })));
+                self.frames.push(match renumbered {
+                    Some(old) => encode_server(Body::Renumbered(pb::Renumbered {
+                        old_id: old.0,
+                        new_id: m.id.0,
+                    })),
+                    None => encode_server(Body::Joined(pb::Joined {
+                        member: Some(member_pb(m.id, &member)),
+                    })),
+                });
                 members.insert(m.id, member);
                 ids.insert(m.id);
                 self.metrics.cluster_remote_members.inc();
             }
         }
+    }
+
+    /// Takes the member at `place` out for a joined member (resumed as
+    /// `resumed_as`, or replaced): a local member is evicted, another
+    /// node's leaves its part. Returns its id if it was here.
+    fn take_place(
+        &mut self,
+        members: &mut BTreeMap<MemberId, Member>,
+        place: &Place,
+        resumed_as: Option<MemberId>,
+    ) -> Option<MemberId> {
+        let known = members.get(&place.id)?;
+        if *place.node == *self.me {
+            if known.origin.is_some() || wire_seat(known.seat) != place.seat {
+                return None;
+            }
+            let old = members.remove(&place.id)?;
+            self.evicted.push(Evicted {
+                id: place.id,
+                seat: old.seat,
+                resumed_as,
+                name: old.name,
+                user: old.user,
+            });
+        } else {
+            if known.origin.as_ref() != Some(&place.node) || known.seat != place.seat {
+                return None;
+            }
+            members.remove(&place.id);
+            self.metrics.cluster_remote_members.dec();
+            self.handovers
+                .retain(|h| !(h.node == place.node && h.id == place.id));
+            self.unparted.push(place.clone());
+        }
+        Some(place.id)
+    }
+
+    /// A handover nobody took (or whose id its node reused): the member
+    /// leaves.
+    fn end_handover(&mut self, members: &mut BTreeMap<MemberId, Member>, h: &Handover) {
+        if members
+            .get(&h.id)
+            .is_some_and(|m| m.origin.as_ref() == Some(&h.node) && m.seat == h.seat)
+        {
+            members.remove(&h.id);
+            self.metrics.cluster_remote_members.dec();
+            self.left(h.id, LeaveReason::Disconnected);
+        }
+    }
+
+    /// A `Left` frame for `id`.
+    fn left(&mut self, id: MemberId, reason: LeaveReason) {
+        self.frames.push(encode_server(Body::Left(pb::Left {
+            member_id: id.0,
+            reason: reason as i32,
+        })));
     }
 
     /// Before a remote member's chat or leave is written: if the member has
@@ -182,22 +331,43 @@ impl Apply<'_> {
         &mut self,
         members: &mut BTreeMap<MemberId, Member>,
         dirty: &mut Vec<MemberId>,
-        ids: &mut BTreeSet<MemberId>,
+        part: &mut Part,
         u: Update,
     ) {
+        let Part { ids, hashes, .. } = part;
         for op in u.ops {
             match op {
-                Op::Joined(m) => self.add(members, dirty, ids, m),
-                Op::Left { id, reason } => {
-                    if self.owns(members, id) {
-                        self.follow_moves(members, dirty, id);
-                        members.remove(&id);
-                        ids.remove(&id);
-                        self.metrics.cluster_remote_members.dec();
-                        self.frames.push(encode_server(Body::Left(pb::Left {
-                            member_id: id.0,
-                            reason: reason as i32,
-                        })));
+                Op::Joined(m) => self.add(members, dirty, ids, hashes, m),
+                Op::Left {
+                    id,
+                    reason,
+                    handed_over,
+                } => {
+                    if !self.owns(members, id) || !ids.contains(&id) {
+                        continue;
+                    }
+                    self.follow_moves(members, dirty, id);
+                    ids.remove(&id);
+                    hashes.remove(&id);
+                    let seat = members.get(&id).map_or(0, |m| m.seat);
+                    if handed_over && self.handovers.len() < self.capacity {
+                        // It goes on through another node: in sight until
+                        // that node's Joined takes its place.
+                        self.handovers.push(Handover {
+                            node: Arc::clone(self.node),
+                            id,
+                            seat,
+                            until_ms: self.now_ms.saturating_add(HANDOVER_MS),
+                        });
+                        continue;
+                    }
+                    members.remove(&id);
+                    self.metrics.cluster_remote_members.dec();
+                    self.left(id, reason);
+                }
+                Op::ResumeHash { id, hash } => {
+                    if ids.contains(&id) {
+                        hashes.insert(id, hash);
                     }
                 }
                 Op::Chat {
@@ -274,9 +444,10 @@ impl Apply<'_> {
         &mut self,
         members: &mut BTreeMap<MemberId, Member>,
         dirty: &mut Vec<MemberId>,
-        ids: &mut BTreeSet<MemberId>,
+        part: &mut Part,
         u: Update,
     ) {
+        let Part { ids, hashes, .. } = part;
         let mut joined = Vec::with_capacity(u.ops.len());
         for op in u.ops {
             if let Op::Joined(m) = op {
@@ -301,8 +472,9 @@ impl Apply<'_> {
             self.metrics,
         );
         ids.retain(|id| keep.contains(id));
+        hashes.retain(|id, _| keep.contains(id));
         for m in joined {
-            self.add(members, dirty, ids, m);
+            self.add(members, dirty, ids, hashes, m);
         }
         self.moves(members, dirty, u.tick_ms, &u.motion);
     }
@@ -313,14 +485,90 @@ impl Rooms {
     /// full state, if any.
     pub(super) fn apply_locked(
         &self,
+        room: &Arc<str>,
         st: &mut MutexGuard<'_, State>,
         u: Update,
         frames: &mut Vec<Frame>,
+    ) -> Applied {
+        let mut evicted = Vec::new();
+        let mut unparted = Vec::new();
+        let ask = self.apply_part(st, u, frames, &mut evicted, &mut unparted);
+        let mut linger = None;
+        if let Some(r) = st.remote.as_deref_mut() {
+            for place in &unparted {
+                takeover::forget_in_part(r, place);
+            }
+        }
+        for e in &evicted {
+            linger = self.evicted_locked(room, st, e).or(linger);
+        }
+        Applied {
+            ask,
+            evicted,
+            linger,
+        }
+    }
+
+    /// The bookkeeping of local member `e`, which an applied update took
+    /// out of the room's members: its user, token and place go, and the
+    /// other nodes are told (a `Left` marked `handed_over` when it resumed
+    /// elsewhere, REPLACED otherwise). Returns the linger generation when
+    /// it was the last local member.
+    fn evicted_locked(&self, room: &Arc<str>, st: &mut State, e: &Evicted) -> Option<u64> {
+        st.users.retain(|_, id| *id != e.id);
+        let since = st.local_since_ms.remove(&e.id);
+        if st.places.forget(e.id) {
+            self.unheld();
+        }
+        self.metrics.members.dec();
+        let cluster = self.cluster()?;
+        match e.resumed_as {
+            Some(_) => {
+                self.metrics.resumed("handed_over");
+                super::publish::published_handover(cluster, st, e.id)
+            }
+            None => {
+                self.metrics.auth_replaced.inc();
+                if let Some(hooks) = self.hooks() {
+                    let now_ms = self.clock.now_ms();
+                    hooks.left(
+                        room,
+                        e.id.0,
+                        &e.name,
+                        e.user.clone(),
+                        LeaveReason::Replaced,
+                        since.map_or(0, |t| now_ms.saturating_sub(t)),
+                    );
+                }
+                let shutting_down = self
+                    .shutting_down
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                super::publish::published_leave(
+                    cluster,
+                    st,
+                    e.id,
+                    LeaveReason::Replaced,
+                    shutting_down,
+                )
+            }
+        }
+    }
+
+    /// [`apply_locked`](Self::apply_locked) up to the local members an
+    /// update evicts, and the other parts' members whose place it gave.
+    fn apply_part(
+        &self,
+        st: &mut MutexGuard<'_, State>,
+        u: Update,
+        frames: &mut Vec<Frame>,
+        evicted: &mut Vec<Evicted>,
+        unparted: &mut Vec<Place>,
     ) -> Option<Arc<str>> {
         let State {
             members,
             dirty,
             remote,
+            users,
             ..
         } = &mut **st;
         let Remote {
@@ -328,9 +576,11 @@ impl Rooms {
             cut,
             last_flush_ms,
             opened,
+            handovers,
             ..
         } = remote.as_deref_mut()?;
         let node = Arc::clone(&u.origin.node);
+        let cluster = self.cluster()?;
         let now = Instant::now();
         let now_ms = self.clock.ms_at(now);
         let mut apply = Apply {
@@ -348,9 +598,13 @@ impl Rooms {
                 let step = u64::from(unit.max(1));
                 (now_ms / step * step, unit)
             }),
+            me: &cluster.me().node,
+            users,
+            handovers,
+            evicted,
+            unparted,
         };
-        let cluster = self.cluster();
-        let live = cluster.is_some_and(|c| c.is_live(&node, u.origin.epoch));
+        let live = cluster.is_live(&node, u.origin.epoch);
         let placement = place(
             parts.get(&node).map(|p| &p.sequence),
             u.origin.epoch,
@@ -380,7 +634,7 @@ impl Rooms {
                 // members without id clashes, so a room's held updates stay
                 // bounded at `(slots - 1) * MAX_BUFFERED_BYTES` whatever names
                 // are heard (issue #15, finding 9).
-                let max_parts = cluster.map_or(0, |c| c.slots().saturating_sub(1).max(1) as usize);
+                let max_parts = cluster.slots().saturating_sub(1).max(1) as usize;
                 if parts.len() >= max_parts || !live {
                     apply.metrics.cluster_bad_messages.inc();
                     return None;
@@ -391,6 +645,7 @@ impl Rooms {
         let part = parts.entry(Arc::clone(&node)).or_insert_with(|| Part {
             sequence: Sequence::new(u.origin.epoch, u.origin.incarnation),
             ids: BTreeSet::new(),
+            hashes: HashMap::new(),
         });
         let (seq, have, synced) = (u.seq, part.sequence.seq(), part.sequence.synced());
         let ask = match part
@@ -404,9 +659,9 @@ impl Rooms {
                 if opened {
                     apply.metrics.cluster_resyncs.inc();
                 }
-                apply.full(members, dirty, &mut part.ids, full);
+                apply.full(members, dirty, part, full);
                 for b in then {
-                    apply.delta(members, dirty, &mut part.ids, b);
+                    apply.delta(members, dirty, part, b);
                 }
                 ask
             }
@@ -422,7 +677,7 @@ impl Rooms {
                 ask
             }
             Decision::Apply(u) => {
-                apply.delta(members, dirty, &mut part.ids, u);
+                apply.delta(members, dirty, part, u);
                 false
             }
         };

@@ -9,7 +9,9 @@ use std::sync::Arc;
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 
+use super::publish::publish_all;
 use super::sequence::ASK_EVERY;
+use super::takeover;
 use crate::cluster::wire::{self, UpdateParts};
 use crate::protocol::{MemberId, MotionRecord};
 use crate::room::grid::TickGrid;
@@ -106,7 +108,9 @@ impl Rooms {
             if !st.open {
                 return;
             }
+            let expired = takeover::expire(&mut st, self.clock.now_ms(), &self.metrics);
             let Some(r) = st.remote.as_deref_mut().filter(|r| r.opened) else {
+                publish_all(room, st, &expired, &self.metrics);
                 return;
             };
             let now = Instant::now().into_std();
@@ -136,6 +140,7 @@ impl Rooms {
                     ),
                 );
             }
+            publish_all(room, st, &expired, &self.metrics);
         }
         for node in ask {
             cluster.request_sync(&node, vec![room.name().to_owned()]);

@@ -41,12 +41,13 @@ mod cutter;
 mod open;
 mod publish;
 mod sequence;
+pub(super) mod takeover;
 
 // What `room` calls: a free id in this node's slot, and the publishing of
 // a local member's join, leave, move or chat.
 pub(super) use self::publish::{
     lowest_free_in_slot, published_chat, published_data, published_join, published_leave,
-    published_moves_now,
+    published_moves_now, published_resume_hash,
 };
 
 /// A room's cluster state on this node.
@@ -77,6 +78,9 @@ pub(super) struct Remote {
     published: bool,
     /// Sweeps since this node last published here.
     quiet_sweeps: u32,
+    /// Members other nodes handed over, still in sight until the node they
+    /// went to says so (at most the room's capacity).
+    handovers: Vec<takeover::Handover>,
 }
 
 /// One other node's part of a room: the sequence of its updates, and the
@@ -84,6 +88,8 @@ pub(super) struct Remote {
 struct Part {
     sequence: Sequence,
     ids: BTreeSet<MemberId>,
+    /// The resume hashes of those of its members that have one.
+    hashes: HashMap<MemberId, wire::ResumeHash>,
 }
 
 impl Remote {
@@ -102,6 +108,7 @@ impl Remote {
             linger: 0,
             published: false,
             quiet_sweeps: 0,
+            handovers: Vec::new(),
         }
     }
 }
@@ -162,7 +169,14 @@ impl RoomSide for Rooms {
             .members
             .iter()
             .filter(|(_, m)| m.origin.is_none())
-            .map(|(id, m)| wire::joined_op(member_pb(*id, m), wire_seat(m.seat)))
+            .map(|(id, m)| {
+                let extra = wire::JoinedExtra {
+                    sub: m.user.clone(),
+                    resume_hash: st.places.token_of(*id).map(|t| t.hash()),
+                    replaces: None,
+                };
+                wire::joined_op_with(member_pb(*id, m), wire_seat(m.seat), extra)
+            })
             .collect();
         let bytes = wire::encode_update(
             cluster.origin_pb(),
@@ -218,9 +232,16 @@ impl RoomSide for Rooms {
         if !st.open {
             return;
         }
-        let ask = self.apply_locked(&mut st, update, &mut frames);
-        publish_all(&handle, st, &frames, &self.metrics);
-        if let Some(node) = ask {
+        let applied = self.apply_locked(&handle.name, &mut st, update, &mut frames);
+        if applied.evicted.is_empty() {
+            publish_all(&handle, st, &frames, &self.metrics);
+        } else {
+            self.publish_evicting(&handle, st, &frames, &applied.evicted);
+        }
+        if let Some(generation) = applied.linger {
+            self.linger(&handle, generation);
+        }
+        if let Some(node) = applied.ask {
             cluster.request_sync(&node, vec![room.to_owned()]);
         }
     }

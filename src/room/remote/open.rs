@@ -102,7 +102,8 @@ impl Rooms {
         let mut frames = Vec::new();
         let mut st = room.state();
         for u in fulls {
-            self.apply_locked(&mut st, u, &mut frames);
+            // No local member yet: nothing to evict, nothing to linger for.
+            let _ = self.apply_locked(&room.name, &mut st, u, &mut frames);
         }
         let mut ask = Vec::new();
         if let Some(r) = st.remote.as_deref_mut() {

@@ -11,7 +11,7 @@ use crate::cluster::Cluster;
 use crate::cluster::wire::{self, UpdateParts};
 use crate::metrics::Metrics;
 use crate::protocol::{LeaveReason, MemberId, MotionRecord, pb};
-use crate::room::sink::Frame;
+use crate::room::sink::{Frame, Removal};
 use crate::room::tick::batch_ahead;
 use crate::room::{Member, Room, Rooms, State};
 
@@ -70,6 +70,7 @@ pub(in crate::room) fn published_join(
     replaced: Option<MemberId>,
     joined: pb::Member,
     seat: u64,
+    extra: wire::JoinedExtra,
 ) {
     let Some(r) = st.remote.as_deref_mut() else {
         return;
@@ -82,7 +83,11 @@ pub(in crate::room) fn published_join(
         }
         None => r.local += 1,
     }
-    ops.push(wire::joined_op(joined, crate::room::wire_seat(seat)));
+    ops.push(wire::joined_op_with(
+        joined,
+        crate::room::wire_seat(seat),
+        extra,
+    ));
     r.publish_ops(cluster, ops);
 }
 
@@ -107,6 +112,38 @@ pub(in crate::room) fn published_leave(
         r.linger += 1;
         r.linger
     })
+}
+
+/// A local member went on through another node (its session resumed
+/// there): tell the other nodes, who keep it in sight until that node's
+/// `Joined` takes its place. Returns the linger generation when it was the
+/// last local member.
+pub(in crate::room) fn published_handover(
+    cluster: &Cluster,
+    st: &mut State,
+    id: MemberId,
+) -> Option<u64> {
+    let r = st.remote.as_deref_mut()?;
+    r.local = r.local.saturating_sub(1);
+    r.uncut(id);
+    r.publish_ops(cluster, vec![wire::handed_over_op(id)]);
+    (r.local == 0).then(|| {
+        r.linger += 1;
+        r.linger
+    })
+}
+
+/// A local member's place has a new resume token (it resumed here): tell
+/// the other nodes its hash.
+pub(in crate::room) fn published_resume_hash(
+    cluster: &Cluster,
+    st: &mut State,
+    id: MemberId,
+    hash: wire::ResumeHash,
+) {
+    if let Some(r) = st.remote.as_deref_mut() {
+        r.publish_ops(cluster, vec![wire::resume_hash_op(id, hash)]);
+    }
 }
 
 /// With a zero tick, a local move goes out at once.
@@ -159,6 +196,38 @@ pub(super) fn publish_all(
 }
 
 impl Rooms {
+    /// Writes `frames` after an update that took local members out
+    /// (`evicted`): their sinks go first (they get nothing more), then the
+    /// frames, then each of those connections is told: superseded when its
+    /// session went on through another node, removed as REPLACED otherwise.
+    pub(super) fn publish_evicting(
+        &self,
+        room: &Room,
+        st: MutexGuard<'_, State>,
+        frames: &[Frame],
+        evicted: &[super::takeover::Evicted],
+    ) {
+        let mut out = room.out();
+        drop(st);
+        let mut told = Vec::with_capacity(evicted.len());
+        for e in evicted {
+            if let Some(at) = out.sinks.iter().position(|(m, _)| *m == e.id) {
+                told.push((out.sinks.remove(at).1, e.resumed_as.is_some()));
+            }
+        }
+        for frame in frames {
+            out.publish(frame, &self.metrics);
+        }
+        drop(out);
+        for (sink, resumed) in told {
+            if resumed {
+                sink.superseded();
+            } else {
+                sink.removed(Removal::Replaced);
+            }
+        }
+    }
+
     /// Before a join is snapshotted: when this node cut moves for a tick
     /// that has not run yet, the cut moves are applied already, so the
     /// joiner's snapshot shows them, and that tick's batch would bring them

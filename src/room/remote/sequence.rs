@@ -295,10 +295,16 @@ pub(super) fn held_size(u: &Update) -> usize {
         .ops
         .iter()
         .map(|op| match op {
-            Op::Joined(m) => m.name.len() + m.data.bytes() + m.user.as_ref().map_or(0, |u| u.len()),
+            Op::Joined(m) => {
+                m.name.len()
+                    + m.data.bytes()
+                    + m.user.as_ref().map_or(0, |u| u.len())
+                    + m.sub.as_ref().map_or(0, |u| u.len())
+                    + m.replaces.as_ref().map_or(0, |r| r.node.len())
+            }
             Op::Chat { text, .. } => text.len(),
             Op::Data { data, .. } => data.bytes(),
-            Op::Left { .. } => 0,
+            Op::Left { .. } | Op::ResumeHash { .. } => 0,
         })
         .sum();
     std::mem::size_of::<Update>()

@@ -22,7 +22,7 @@ use crate::room::sink::{Frame, Sink};
 use crate::room::{Member, Membership, RoomSettings};
 
 #[derive(Default)]
-struct Frames(Mutex<Vec<Frame>>);
+struct Frames(Mutex<Vec<Frame>>, Mutex<Vec<&'static str>>);
 
 impl Frames {
     fn take(&self) -> Vec<ServerMessage> {
@@ -33,12 +33,29 @@ impl Frames {
     }
 }
 
+impl Frames {
+    /// How the room ended this sink's membership, if it did.
+    fn ends(&self) -> Vec<&'static str> {
+        self.1.lock().expect("ends").clone()
+    }
+}
+
 impl Sink for Frames {
     fn send(&self, frame: &Frame) {
         self.0.lock().expect("frames").push(frame.clone());
     }
     fn send_snapshot(&self, frame: Frame) {
         self.0.lock().expect("frames").push(frame);
+    }
+    fn removed(&self, removal: crate::room::sink::Removal) {
+        let how = match removal {
+            crate::room::sink::Removal::Replaced => "replaced",
+            _ => "removed",
+        };
+        self.1.lock().expect("ends").push(how);
+    }
+    fn superseded(&self) {
+        self.1.lock().expect("ends").push("superseded");
     }
 }
 
@@ -54,6 +71,11 @@ impl Node {
     }
 
     fn with(settings: crate::cluster::ClusterSettings) -> Self {
+        Self::holding(settings, Duration::ZERO)
+    }
+
+    /// A node that holds a dropped member's place for `grace`.
+    fn holding(settings: crate::cluster::ClusterSettings, grace: Duration) -> Self {
         let metrics = Arc::new(Metrics::default());
         metrics.enable_cluster();
         let rooms = Rooms::new(
@@ -65,8 +87,8 @@ impl Node {
                 spawn: Position { x: 10, y: 10 },
                 world: Position { x: 5_000, y: 5_000 },
                 limits: pb::Limits::default(),
-                resume_grace: Duration::ZERO,
-                max_held: 0,
+                resume_grace: grace,
+                max_held: 100,
                 spatial: None,
             },
             Clock::start(),
@@ -165,6 +187,9 @@ fn member(id: u32, name: &str, x: u32) -> RemoteMember {
         moved_at_ms: 1,
         data: Data::default(),
         user: None,
+        sub: None,
+        resume_hash: None,
+        replaces: None,
     }
 }
 
@@ -236,6 +261,7 @@ async fn local_ids_take_the_nodes_slot_and_joins_leaves_and_chat_are_published_i
             Some(cpb::op::Op::Left(_)) => "left",
             Some(cpb::op::Op::Chat(_)) => "chat",
             Some(cpb::op::Op::Data(_)) => "data",
+            Some(cpb::op::Op::NewToken(_)) => "new token",
             None => "none",
         })
         .collect();
@@ -306,6 +332,7 @@ async fn remote_members_join_chat_move_and_leave_like_local_ones() {
             vec![Op::Left {
                 id: MemberId(2),
                 reason: LeaveReason::Left,
+                handed_over: false,
             }],
         ),
     );
@@ -386,6 +413,7 @@ async fn a_gap_asks_the_origin_for_a_full_state_and_the_full_state_repairs() {
             vec![Op::Left {
                 id: MemberId(2),
                 reason: LeaveReason::Left,
+                handed_over: false,
             }],
         ),
     );
@@ -412,6 +440,7 @@ async fn a_gap_asks_the_origin_for_a_full_state_and_the_full_state_repairs() {
             vec![Op::Left {
                 id: MemberId(18),
                 reason: LeaveReason::Left,
+                handed_over: false,
             }],
         ),
     );
@@ -899,6 +928,7 @@ async fn an_older_full_state_does_not_rewind_the_part() {
             vec![Op::Left {
                 id: MemberId(2),
                 reason: LeaveReason::Left,
+                handed_over: false,
             }],
         ),
     );
@@ -1329,6 +1359,7 @@ async fn a_remote_chat_or_leave_follows_the_members_waiting_move() {
             vec![Op::Left {
                 id: MemberId(2),
                 reason: LeaveReason::Left,
+                handed_over: false,
             }],
         ),
     );
@@ -1431,3 +1462,5 @@ async fn remote_member_data_arrives_changes_and_is_repaired_by_a_full_state() {
         other => panic!("{other:?}"),
     }
 }
+
+mod takeover;
