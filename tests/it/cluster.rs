@@ -135,6 +135,8 @@ enum Seen {
     Motion(u32, Vec<MotionRecord>),
     Resync(Vec<u32>),
     Pong(u64),
+    /// A member's id changed (it resumed through another node): old, new.
+    Renumbered(u32, u32),
     Other(String),
     /// The server closed the connection (code).
     Closed(u16),
@@ -355,6 +357,26 @@ impl Person {
             Some(S::Resync(r)) => {
                 self.view = self.members_of(r.clone());
                 Seen::Resync(self.view.keys().copied().collect())
+            }
+            Some(S::Renumbered(r)) => {
+                let mut member = self.view.remove(&r.old_id).unwrap_or_else(|| {
+                    panic!(
+                        "{}: Renumbered {} -> {}, who is not in the view {:?}",
+                        self.name,
+                        r.old_id,
+                        r.new_id,
+                        self.names()
+                    )
+                });
+                assert!(
+                    !self.view.contains_key(&r.new_id),
+                    "{}: Renumbered to id {}, which is already in the view",
+                    self.name,
+                    r.new_id
+                );
+                member.id = r.new_id;
+                self.view.insert(r.new_id, member);
+                Seen::Renumbered(r.old_id, r.new_id)
             }
             other => Seen::Other(format!("{other:?}")),
         };
@@ -1807,4 +1829,88 @@ async fn a_forged_heartbeat_does_not_evict_a_live_node() {
             "n{i}"
         );
     }
+}
+
+// ------------------------------------------------------ one avatar, any node
+
+/// Joins `room` as `name` on `node` through a bare client, with a resume
+/// token if given; returns the client and its Welcome.
+async fn join_raw(node: &Node, room: &str, name: &str, resume: &str) -> (Client, pb::Welcome) {
+    let mut client = Client::connect(&node.ws_url()).await;
+    client
+        .send(C::Join(pb::Join {
+            room: room.into(),
+            name: name.into(),
+            resume_token: resume.into(),
+            ..Default::default()
+        }))
+        .await;
+    let welcome = client.welcome().await;
+    (client, welcome)
+}
+
+#[tokio::test]
+async fn a_client_dropped_by_one_node_resumes_through_another_unseen() {
+    let cluster = Cluster::start(2).await;
+    let mut wa = Person::join(cluster.n(1), "lobby", "Wa").await;
+    let mut wb = Person::join(cluster.n(2), "lobby", "Wb").await;
+    wa.sees(FIVE_S, &["Wa", "Wb"]).await;
+    wb.sees(FIVE_S, &["Wa", "Wb"]).await;
+    let (ada, w) = join_raw(cluster.n(1), "lobby", "Ada", "").await;
+    assert_eq!(w.resume_token.len(), 32);
+    let old = w.member_id;
+    wa.sees(FIVE_S, &["Ada", "Wa", "Wb"]).await;
+    wb.sees(FIVE_S, &["Ada", "Wa", "Wb"]).await;
+
+    // Her socket to n1 goes without a word; she comes back through n2.
+    drop(ada);
+    metric_is_at_least(cluster.n(1), "amble_resume_held", 1.0).await;
+    let (_again, w2) = join_raw(cluster.n(2), "lobby", "Ada", &w.resume_token).await;
+    assert!(w2.resumed, "the place is taken back through n2");
+    let new = w2.member_id;
+    assert_eq!(new % SLOTS, 2, "an id of n2's slot");
+    let snapshot = w2.snapshot.expect("a snapshot");
+    let mut names: Vec<(String, u32)> = snapshot
+        .members
+        .iter()
+        .map(|m| (m.name.clone(), m.id))
+        .collect();
+    names.sort();
+    assert_eq!(names.len(), 3, "{names:?}");
+    assert_eq!(names[0], ("Ada".to_owned(), new), "herself once: {names:?}");
+
+    // Both others see one Renumbered, and no Left or Joined.
+    for person in [&mut wa, &mut wb] {
+        person
+            .take(FIVE_S, "Ada renumbered", |s| {
+                (*s == Seen::Renumbered(old, new)).then_some(())
+            })
+            .await;
+        person.ping().await;
+        let churn: Vec<&Seen> = person
+            .seen
+            .iter()
+            .map(|(_, s)| s)
+            .filter(|s| {
+                matches!(s, Seen::Left(id, _) if *id == old || *id == new)
+                    || matches!(s, Seen::Joined(id, _) if *id == new)
+            })
+            .collect();
+        assert!(churn.is_empty(), "{}: {churn:?}", person.name);
+        assert_eq!(person.names(), ["Ada", "Wa", "Wb"]);
+    }
+    metric_is(
+        cluster.n(2),
+        "amble_resumed_total{node=\"from_other_node\"}",
+        1.0,
+    )
+    .await;
+    metric_is(
+        cluster.n(1),
+        "amble_resumed_total{node=\"handed_over\"}",
+        1.0,
+    )
+    .await;
+    metric_is(cluster.n(1), "amble_resume_held", 0.0).await;
+    metric_is(cluster.n(1), "amble_members", 1.0).await;
 }
