@@ -776,8 +776,9 @@ export class AmbleClient {
     const url = this.url;
     // Each retry goes to the next server in the list (the same one when there is one),
     // except the first after a drop from a server that is not going away (1001) while
-    // this client holds a resume token: that server holds the place, the others
-    // cannot give it back, so it is asked first.
+    // this client holds a resume token: that server holds the place and gives it back
+    // under the same id, so it is asked first (another node of the cluster can give it
+    // back too, under a new id: the others then see one `renumbered`).
     const resumeHere = this.resumeToken !== null && this.wsOpened && this.attempt === 0 && code !== 1001;
     if (retry && !resumeHere) this.urlIndex = (this.urlIndex + 1) % this.urls.length;
     this.lastClose = {

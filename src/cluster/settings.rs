@@ -168,6 +168,15 @@ pub struct ClusterConfig {
         default_value_t = 1_000
     )]
     pub cluster_room_linger_ms: u64,
+
+    /// On a graceful stop, how long (milliseconds) the other nodes keep
+    /// this node's members in sight after it closed their connections, so
+    /// that clients failing over take their places back through another
+    /// node (with a resume grace); then this node says goodbye and the rest
+    /// leave. 0: goodbye at once.
+    #[arg(long, display_order = 140, env = "AMBLE_CLUSTER_DRAIN_MS", default_value_t = 2_000,
+          value_parser = clap::value_parser!(u64).range(0..=60_000))]
+    pub cluster_drain_ms: u64,
 }
 
 /// Checks a `--node-name`: `[A-Za-z0-9_-]{1,64}`.
@@ -255,6 +264,8 @@ pub struct ClusterSettings {
     pub snapshot_timeout: Duration,
     pub queue: usize,
     pub linger: Duration,
+    /// `--cluster-drain-ms`.
+    pub drain: Duration,
 }
 
 impl ClusterSettings {
@@ -286,6 +297,7 @@ impl ClusterSettings {
             cluster_snapshot_timeout_ms,
             cluster_queue,
             cluster_room_linger_ms,
+            cluster_drain_ms,
         } = config;
         if nats.is_empty() {
             return Ok(None);
@@ -327,6 +339,7 @@ impl ClusterSettings {
             snapshot_timeout: Duration::from_millis(*cluster_snapshot_timeout_ms),
             queue: *cluster_queue as usize,
             linger: Duration::from_millis(*cluster_room_linger_ms),
+            drain: Duration::from_millis(*cluster_drain_ms),
         }))
     }
 }

@@ -522,6 +522,7 @@ mod tests {
                 "spatial-world-height",
                 "spatial-capacity",
                 "interest-radius",
+                "cluster-drain-ms",
             ]
         );
         let mut orders: Vec<usize> = args.iter().map(|arg| arg.get_display_order()).collect();

@@ -221,10 +221,20 @@ pub async fn serve_started(
     if let Some(hooks) = shared.rooms.hooks() {
         hooks.begin_shutdown();
     }
-    if let Some(cluster) = shared.cluster.get() {
-        // First, so the other nodes remove this node's members at once.
-        let rooms = u32::try_from(shared.metrics.rooms.get()).unwrap_or(0);
-        let members = u32::try_from(shared.metrics.members.get()).unwrap_or(0);
+    let rooms = u32::try_from(shared.metrics.rooms.get()).unwrap_or(0);
+    let members = u32::try_from(shared.metrics.members.get()).unwrap_or(0);
+    // With held places, the goodbye waits for the drain: the other nodes
+    // keep this node's members in sight while their clients fail over and
+    // take their places back there (`Renumbered`, no leave). Without, it
+    // goes first, so the other nodes remove this node's members at once.
+    let drain = shared
+        .cluster
+        .get()
+        .map(|c| c.settings.drain)
+        .filter(|d| !d.is_zero() && config.room.resume_grace_ms > 0)
+        // From the stop, while the connections close.
+        .map(|d| (d, tokio::time::Instant::now() + d));
+    if let (Some(cluster), None) = (shared.cluster.get(), drain) {
         cluster.stop(rooms, members).await;
     }
     info!("shutting down: closing every connection with 1001");
@@ -246,6 +256,14 @@ pub async fn serve_started(
             http = http.tasks.len(),
             "shutdown timeout: some connections did not close in time"
         );
+    }
+    if let (Some(cluster), Some((drain, until))) = (shared.cluster.get(), drain) {
+        info!(
+            drain_ms = drain.as_millis() as u64,
+            "draining: the other nodes keep this node's members in sight while they fail over"
+        );
+        tokio::time::sleep_until(stop_by.min(until)).await;
+        cluster.stop(rooms, members).await;
     }
     let _ = ticker.await;
     let _ = cutter.await;

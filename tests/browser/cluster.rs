@@ -142,3 +142,131 @@ async fn pages_on_two_nodes_see_each_other_walk() {
     })
     .await;
 }
+
+/// Samples, every 10 ms, how many members named `name` the page shows: the
+/// most and the fewest ever seen (`window.__seen`).
+const WATCH: &str = "(name) => { window.__seen = { most: 0, fewest: 99 }; setInterval(() => { \
+     const n = window.ambleDemo.members().filter((m) => m.name === name).length; \
+     window.__seen.most = Math.max(window.__seen.most, n); \
+     window.__seen.fewest = Math.min(window.__seen.fewest, n); }, 10); return true; }";
+
+#[derive(Debug, Deserialize, PartialEq)]
+struct Seen {
+    most: u32,
+    fewest: u32,
+}
+
+/// A failover (issue 18): Ada's page is on n2 with `?nodes=` naming n2 and
+/// n1; n2 is killed (`kill -9`). Her page comes back through n1 with its
+/// resume token: her own People list never shows her twice, and Bo's page
+/// on n1 never loses her (no leave, no join: one renumber) and shows no
+/// notice that she left. Saves failover/ada.png and failover/bo.png.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_fails_over_to_another_node_without_a_duplicate_or_a_leave() {
+    let browser = Browser::start("failover").await;
+    within(Duration::from_secs(180), "the whole test", async {
+        let nats = Nats::start().await;
+        let n1 = Node::start(&nats, 1, &[]).await;
+        let mut n2 = Node::start(&nats, 2, &[]).await;
+        for node in [&n1, &n2] {
+            poll(
+                SETTLE,
+                &format!("{} to hear its peer", node.name),
+                || async {
+                    match node.metric("amble_cluster_peers").await {
+                        Some(1.0) => Ok(()),
+                        other => Err(format!("amble_cluster_peers {other:?}")),
+                    }
+                },
+            )
+            .await;
+        }
+        let bo = join(&browser, &n1, "bo", "Bo").await;
+        let ada = browser.open("ada", Viewport::DESKTOP).await;
+        ada.goto(&format!(
+            "http://{}/?nodes={},{}",
+            n2.addr,
+            n2.addr.port(),
+            n1.addr.port()
+        ))
+        .await;
+        ada.fill("#name", "Ada").await;
+        ada.fill("#room", ROOM).await;
+        ada.click("#join").await;
+        for page in [&ada, &bo] {
+            page.wait_for(
+                "both members",
+                "() => window.ambleDemo.state() === 'joined' && \
+                 window.ambleDemo.members().map((m) => m.name).sort().join() === 'Ada,Bo'",
+                &[],
+            )
+            .await;
+        }
+        let old_id: u32 = bo
+            .eval(
+                "() => window.ambleDemo.members().find((m) => m.name === 'Ada').id",
+                &[],
+            )
+            .await;
+        let _: bool = ada.eval(WATCH, &[json!("Ada")]).await;
+        let _: bool = bo.eval(WATCH, &[json!("Ada")]).await;
+
+        let before = bo.text("#messages").await;
+        n2.kill().await;
+        // Ada's page is back, through n1, under a new id; Bo's sees the
+        // new id on the same member.
+        ada.wait_for(
+            "Ada back in the room through n1",
+            "(old) => window.ambleDemo.state() === 'joined' && \
+             window.ambleDemo.members().some((m) => m.self && m.id !== old)",
+            &[json!(old_id)],
+        )
+        .await;
+        bo.wait_for(
+            "Bo to see Ada renumbered",
+            "(old) => window.ambleDemo.members().some((m) => m.name === 'Ada' && m.id !== old)",
+            &[json!(old_id)],
+        )
+        .await;
+        // Past n2's node timeout (3 s): nothing more happens to Ada.
+        poll(SETTLE, "n1 to drop n2", || async {
+            match n1.metric("amble_cluster_peers").await {
+                Some(0.0) => Ok(()),
+                other => Err(format!("amble_cluster_peers {other:?}")),
+            }
+        })
+        .await;
+        for page in [&ada, &bo] {
+            let seen: Seen = page.eval("() => window.__seen", &[]).await;
+            assert_eq!(
+                seen,
+                Seen { most: 1, fewest: 1 },
+                "{}: Ada shown once throughout",
+                page.label()
+            );
+            let names: String = page
+                .eval(
+                    "() => window.ambleDemo.members().map((m) => m.name).sort().join()",
+                    &[],
+                )
+                .await;
+            assert_eq!(names, "Ada,Bo", "{}", page.label());
+        }
+        let all = bo.text("#messages").await;
+        let notices = all.strip_prefix(before.as_str()).unwrap_or(&all);
+        assert!(
+            !["Ada left", "Ada joined", "Ada lost", "Ada timed"]
+                .iter()
+                .any(|n| notices.contains(n)),
+            "Bo's page told of a leave or a join: {notices:?}"
+        );
+        ada.screenshot("ada").await;
+        bo.screenshot("bo").await;
+        let mut errors = ada.close().await;
+        errors.extend(bo.close().await);
+        // Ada's page logs its lost connection to n2; nothing else.
+        errors.retain(|e| !e.contains("WebSocket"));
+        assert_eq!(errors, Vec::<String>::new(), "no errors in the pages");
+    })
+    .await;
+}

@@ -1188,11 +1188,12 @@ async fn a_killed_nodes_members_leave_everywhere_within_5_s_and_rejoin_elsewhere
     }
 }
 
-/// SIGTERM: the node says goodbye, so the others drop its members at once.
-/// n1 waits 30 s for a silent node here, so only the goodbye can remove
-/// them within the test.
+/// SIGTERM: the node closes its connections, and after the drain
+/// (`--cluster-drain-ms`, 2 s, in which clients may fail over) says goodbye,
+/// so the others drop its members then. n1 waits 30 s for a silent node
+/// here, so only the goodbye can remove them within the test.
 #[tokio::test]
-async fn a_graceful_stop_removes_its_members_at_once() {
+async fn a_graceful_stop_removes_its_members_after_the_drain() {
     let mut c = Cluster::start_with(&[&["--cluster-node-timeout-ms", "30000"], &[]]).await;
     let mut ada = Person::join(c.n(1), "bye", "Ada").await;
     let mut bo = Person::join(c.n(2), "bye", "Bo").await;
@@ -1206,10 +1207,15 @@ async fn a_graceful_stop_removes_its_members_at_once() {
         "a reason that says the server went away, got {reason}"
     );
     assert_within(
-        Duration::from_secs(2),
+        Duration::from_secs(3),
         stopped,
         at,
-        "the Left after SIGTERM",
+        "the Left after SIGTERM (a 2 s drain)",
+    );
+    assert!(
+        at - stopped >= Duration::from_millis(1_900),
+        "the Left came before the drain ended: {:?}",
+        at - stopped
     );
     assert_eq!(bo.sees_close().await, 1001);
     let exit = c.n_mut(2).exited().await;
@@ -1913,4 +1919,45 @@ async fn a_client_dropped_by_one_node_resumes_through_another_unseen() {
     .await;
     metric_is(cluster.n(1), "amble_resume_held", 0.0).await;
     metric_is(cluster.n(1), "amble_members", 1.0).await;
+}
+
+/// SIGTERM with held places: the node closes its connections (1001), the
+/// others keep its members in sight for the drain, and a client that comes
+/// back through another node meanwhile takes its place (`Renumbered`, no
+/// `Left`); one that does not come back leaves at the goodbye.
+#[tokio::test]
+async fn a_graceful_stop_lets_its_clients_fail_over_without_a_leave() {
+    let c = Cluster::start_with(&[&["--cluster-node-timeout-ms", "30000"], &[]]).await;
+    let mut wa = Person::join(c.n(1), "drain", "Wa").await;
+    let (mut ada, w) = join_raw(c.n(2), "drain", "Ada", "").await;
+    let (_cy, _) = join_raw(c.n(2), "drain", "Cy", "").await;
+    wa.sees(SETTLE, &["Ada", "Cy", "Wa"]).await;
+    let cy = wa.id_of("Cy");
+
+    let stopped = Instant::now();
+    c.n(2).terminate();
+    assert_eq!(ada.expect_close().await, 1001);
+    let (_again, w2) = join_raw(c.n(1), "drain", "Ada", &w.resume_token).await;
+    assert!(w2.resumed, "Ada's place taken back through n1");
+    wa.take(FIVE_S, "Ada renumbered", |s| {
+        (*s == Seen::Renumbered(w.member_id, w2.member_id)).then_some(())
+    })
+    .await;
+    let (reason, at) = wa.sees_left(cy).await;
+    assert_eq!(reason, SERVER_LOST);
+    assert_within(
+        Duration::from_secs(3),
+        stopped,
+        at,
+        "Cy's Left after SIGTERM",
+    );
+    wa.ping().await;
+    assert!(
+        !wa.seen.iter().any(
+            |(_, s)| matches!(s, Seen::Left(id, _) if *id == w.member_id || *id == w2.member_id)
+        ),
+        "Ada never left: {:?}",
+        wa.seen
+    );
+    assert_eq!(wa.names(), ["Ada", "Wa"]);
 }
