@@ -602,3 +602,72 @@ async fn in_a_cluster_every_call_works_on_any_node_and_acts_where_the_member_is(
     .await;
     assert_eq!(ada.expect_close().await, 4006);
 }
+
+/// A member's `Joined` (by id), or its `Left` (id and reason), as a watcher
+/// reads them.
+fn join_or_leave(m: &pb::ServerMessage) -> Option<(char, u32, i32)> {
+    match &m.body {
+        Some(S::Joined(j)) => j.member.as_ref().map(|m| ('j', m.id, 0)),
+        Some(S::Left(l)) => Some(('l', l.member_id, l.reason)),
+        _ => None,
+    }
+}
+
+/// One avatar per user across nodes (issue 18): the same `sub` joining on
+/// n2 while its member is on n1 replaces it everywhere, as on one node
+/// (`Left{REPLACED}` then `Joined` for watchers on both nodes, close 4000
+/// for the older connection); another user's token cannot take a place
+/// through another node with a stolen resume token.
+#[tokio::test]
+async fn in_a_cluster_one_user_is_one_avatar_on_any_node() {
+    let files = Files::new("api-one-avatar");
+    let nats = Nats::start().await;
+    let n1 = api_node(&nats, 1, &files).await;
+    let n2 = api_node(&nats, 2, &files).await;
+    has_peers(&n1, 1).await;
+    has_peers(&n2, 1).await;
+    let (mut w1, _) = member_on(&n1, "lobby", "W1", "u-w1").await;
+    let (mut w2, ww2) = member_on(&n2, "lobby", "W2", "u-w2").await;
+    w1.until(|m| join_or_leave(m).filter(|j| j.1 == ww2.member_id))
+        .await;
+    let (mut ada, wa) = member_on(&n1, "lobby", "Ada", "u-ada").await;
+    w2.until(|m| join_or_leave(m).filter(|j| j.1 == wa.member_id))
+        .await;
+
+    // A stolen resume token, shown by another user through n2, takes nothing.
+    let mut eve = Client::connect(&n2.ws_url()).await;
+    eve.send(C::Join(pb::Join {
+        room: "lobby".into(),
+        name: "Eve".into(),
+        token: token(&claims("u-eve")),
+        resume_token: wa.resume_token.clone(),
+        ..Default::default()
+    }))
+    .await;
+    let we = eve.welcome().await;
+    assert!(!we.resumed);
+    w1.until(|m| join_or_leave(m).filter(|j| j.1 == we.member_id))
+        .await;
+
+    // Ada again, through n2: the one on n1 is replaced.
+    let (_ada2, wa2) = member_on(&n2, "lobby", "Ada", "u-ada").await;
+    assert!(!wa2.resumed);
+    assert_eq!(ada.expect_close().await, 4000);
+    for watcher in [&mut w1, &mut w2] {
+        let left = watcher
+            .until(|m| join_or_leave(m).filter(|j| j.1 == wa.member_id))
+            .await;
+        assert_eq!(
+            left,
+            ('l', wa.member_id, pb::LeaveReason::Replaced as i32),
+            "the older Ada leaves, REPLACED"
+        );
+        let joined = watcher
+            .until(|m| join_or_leave(m).filter(|j| j.1 == wa2.member_id))
+            .await;
+        assert_eq!(joined.0, 'j');
+    }
+    // Nobody else came or went: one Ada, on n2.
+    let (_, page) = api_at(n1.addr, "GET", "/api/v1/users/u-ada", None, Some(KEY)).await;
+    assert_eq!(page["members"].as_array().map(Vec::len), Some(1), "{page}");
+}
