@@ -24,6 +24,28 @@ struct Point {
     y: f64,
 }
 
+/// Waits until `node` counts `n` peers.
+async fn peers_are(node: &Node, n: f64) {
+    poll(
+        SETTLE,
+        &format!("{} to count {n} peers", node.name),
+        || async {
+            match node.metric("amble_cluster_peers").await {
+                Some(v) if v == n => Ok(()),
+                other => Err(format!("amble_cluster_peers {other:?}")),
+            }
+        },
+    )
+    .await;
+}
+
+/// Waits until each of `nodes` hears all the others.
+async fn hear_each_other(nodes: &[&Node]) {
+    for node in nodes {
+        peers_are(node, (nodes.len() - 1) as f64).await;
+    }
+}
+
 /// Opens the demo served by `node` and joins the room as `name`.
 async fn join(browser: &Browser, node: &Node, label: &str, name: &str) -> Page {
     let page = browser.open(label, Viewport::DESKTOP).await;
@@ -100,19 +122,7 @@ async fn pages_on_two_nodes_see_each_other_walk() {
         let nats = Nats::start().await;
         let n1 = Node::start(&nats, 1, &[]).await;
         let n2 = Node::start(&nats, 2, &[]).await;
-        for node in [&n1, &n2] {
-            poll(
-                SETTLE,
-                &format!("{} to hear its peer", node.name),
-                || async {
-                    match node.metric("amble_cluster_peers").await {
-                        Some(1.0) => Ok(()),
-                        other => Err(format!("amble_cluster_peers {other:?}")),
-                    }
-                },
-            )
-            .await;
-        }
+        hear_each_other(&[&n1, &n2]).await;
 
         let ada = join(&browser, &n1, "ada-on-node-1", "Ada").await;
         let bo = join(&browser, &n2, "bo-on-node-2", "Bo").await;
@@ -168,19 +178,7 @@ async fn a_page_fails_over_to_another_node_without_a_duplicate_or_a_leave() {
         let nats = Nats::start().await;
         let n1 = Node::start(&nats, 1, &[]).await;
         let mut n2 = Node::start(&nats, 2, &[]).await;
-        for node in [&n1, &n2] {
-            poll(
-                SETTLE,
-                &format!("{} to hear its peer", node.name),
-                || async {
-                    match node.metric("amble_cluster_peers").await {
-                        Some(1.0) => Ok(()),
-                        other => Err(format!("amble_cluster_peers {other:?}")),
-                    }
-                },
-            )
-            .await;
-        }
+        hear_each_other(&[&n1, &n2]).await;
         let bo = join(&browser, &n1, "bo", "Bo").await;
         let ada = browser.open("ada", Viewport::DESKTOP).await;
         ada.goto(&format!(

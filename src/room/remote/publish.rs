@@ -100,14 +100,24 @@ pub(in crate::room) fn published_leave(
     reason: LeaveReason,
     shutting_down: bool,
 ) -> Option<u64> {
+    // At shutdown the goodbye heartbeat removes every member at once.
+    let op = (!shutting_down).then(|| wire::left_op(id, reason));
+    gone_local(cluster, st, id, op)
+}
+
+/// Local member `id` is gone from this node: publishes `op` (if any) and
+/// returns the linger generation when it was the last local member (none
+/// without `op`: at shutdown nothing lingers).
+fn gone_local(
+    cluster: &Cluster,
+    st: &mut State,
+    id: MemberId,
+    op: Option<wire::cpb::Op>,
+) -> Option<u64> {
     let r = st.remote.as_deref_mut()?;
     r.local = r.local.saturating_sub(1);
     r.uncut(id);
-    // At shutdown the goodbye heartbeat removes every member at once.
-    if shutting_down {
-        return None;
-    }
-    r.publish_ops(cluster, vec![wire::left_op(id, reason)]);
+    r.publish_ops(cluster, vec![op?]);
     (r.local == 0).then(|| {
         r.linger += 1;
         r.linger
@@ -123,14 +133,7 @@ pub(in crate::room) fn published_handover(
     st: &mut State,
     id: MemberId,
 ) -> Option<u64> {
-    let r = st.remote.as_deref_mut()?;
-    r.local = r.local.saturating_sub(1);
-    r.uncut(id);
-    r.publish_ops(cluster, vec![wire::handed_over_op(id)]);
-    (r.local == 0).then(|| {
-        r.linger += 1;
-        r.linger
-    })
+    gone_local(cluster, st, id, Some(wire::handed_over_op(id)))
 }
 
 /// A local member's place has a new resume token (it resumed here): tell
