@@ -209,6 +209,14 @@ async fn a_page_fails_over_to_another_node_without_a_duplicate_or_a_leave() {
         let _: bool = ada.eval(WATCH, &[json!("Ada")]).await;
         let _: bool = bo.eval(WATCH, &[json!("Ada")]).await;
 
+        // Notices are grouped and shown a moment later: Ada's arrival is
+        // told before the kill, so that what follows it is the failover's.
+        bo.wait_for(
+            "the notice of Ada's arrival",
+            "() => document.getElementById('messages').textContent.includes('Ada joined')",
+            &[],
+        )
+        .await;
         let before = bo.text("#messages").await;
         n2.kill().await;
         // Ada's page is back, through n1, under a new id; Bo's sees the
