@@ -125,8 +125,9 @@ impl End {
         match self {
             Self::Gone | Self::Stalled => LeaveReason::Disconnected,
             Self::Shutdown => LeaveReason::Shutdown,
-            Self::Idle => LeaveReason::TimedOut,
-            Self::Refused { .. } | Self::TokenExpired => LeaveReason::Kicked,
+            // A session whose time ran out, like an idle one: not a breach.
+            Self::Idle | Self::TokenExpired => LeaveReason::TimedOut,
+            Self::Refused { .. } => LeaveReason::Kicked,
             Self::Removed(removal) => removal.leave_reason(),
             // The place is another connection's: no one leaves.
             Self::Superseded => LeaveReason::Disconnected,
