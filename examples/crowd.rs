@@ -6,7 +6,13 @@
 //!
 //! ```text
 //! cargo run --release --example crowd -- [--bots 499] [--seconds 20]
+//! cargo run --release --example crowd -- --plaza --bots 5000
 //! ```
+//!
+//! `--plaza`: the bots are in `plaza`, a spatial room (the server's default
+//! `--spatial-rooms plaza*`), crowded within `--spread-m` of its centre,
+//! where the viewer appears: the page is in the densest part of the room
+//! and renders those in its area of interest.
 //!
 //! The server runs in-process on 127.0.0.1:0 and the bots are WebSocket
 //! clients in the same process; traffic stays on loopback. Needs Debian's
@@ -51,6 +57,12 @@ struct Args {
     /// Seconds to sample the page, once a second (the first three are dropped).
     #[arg(long, default_value_t = 20, value_parser = clap::value_parser!(u32).range(5..=3_600))]
     seconds: u32,
+    /// In the spatial room `plaza`, crowded around its centre.
+    #[arg(long)]
+    plaza: bool,
+    /// With --plaza: how far from the centre the bots stay, metres.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u32).range(1..=250))]
+    spread_m: u32,
 }
 
 #[tokio::main]
@@ -84,16 +96,23 @@ async fn run(args: &Args) -> Value {
     let server = Server::with(config).await;
     let mut bots: Vec<JoinHandle<()>> = Vec::new();
     let ids: Vec<u32> = (0..args.bots).collect();
+    let (room, spread) = if args.plaza {
+        ("plaza", Some(f64::from(args.spread_m) * 100.0))
+    } else {
+        (ROOM, None)
+    };
     for chunk in ids.chunks(BATCH) {
-        let joined =
-            futures_util::future::join_all(chunk.iter().map(|&i| bot(server.addr, i))).await;
+        let joined = futures_util::future::join_all(
+            chunk.iter().map(|&i| bot(server.addr, room, spread, i)),
+        )
+        .await;
         bots.extend(joined);
     }
-    eprintln!("{} bots in room {ROOM}", bots.len());
+    eprintln!("{} bots in room {room}", bots.len());
 
     let browser = Browser::start("crowd").await;
     let page = browser.open("viewer", Viewport::DESKTOP).await;
-    page.goto(&server.url(&format!("/#{ROOM}"))).await;
+    page.goto(&server.url(&format!("/#{room}"))).await;
     page.fill("#name", "Viewer").await;
     page.click("#join").await;
     page.wait_for(
@@ -102,7 +121,9 @@ async fn run(args: &Args) -> Value {
         &[],
     )
     .await;
-    for _ in 0..12 {
+    // The whole room on screen; in a plaza, the area of interest.
+    let zoom_outs = if args.plaza { 4 } else { 12 };
+    for _ in 0..zoom_outs {
         page.eval::<Value>("() => window.ambleDemo.zoom(1 / 1.25)", &[])
             .await;
     }
@@ -134,6 +155,7 @@ async fn run(args: &Args) -> Value {
     let secs = (steady.len() - 1) as f64;
     let n = steady.len() as f64;
     json!({
+        "room": room,
         "bots": args.bots,
         "members": steady[steady.len() - 1]["members"],
         "fps_min": steady.iter().map(|s| num(s, "fps")).fold(f64::INFINITY, f64::min),
@@ -150,7 +172,7 @@ async fn run(args: &Args) -> Value {
 /// One bot: joins, then walks (half of them) or moves freely, at most one
 /// move a second, reading and dropping what the room sends. Returns once
 /// it is in the room.
-async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
+async fn bot(addr: SocketAddr, room: &str, spread: Option<f64>, i: u32) -> JoinHandle<()> {
     let mut req = format!("ws://{addr}/ws")
         .into_client_request()
         .expect("a request");
@@ -169,7 +191,7 @@ async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
     let join = C::Join(pb::Join {
         data: Vec::new(),
         start: None,
-        room: ROOM.into(),
+        room: room.into(),
         name: format!("bot {i}"),
         ..Default::default()
     });
@@ -200,8 +222,15 @@ async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
             f64::from(limits.world_height),
         );
         let walker = i.is_multiple_of(2);
-        let mut x = rng.f64() * w;
-        let mut y = rng.f64() * h;
+        // Anywhere, or (a plaza) within `spread` of the centre.
+        let (lo_x, hi_x, lo_y, hi_y) = match spread {
+            Some(s) => (w / 2.0 - s, w / 2.0 + s, h / 2.0 - s, h / 2.0 + s),
+            None => (0.0, w, 0.0, h),
+        };
+        let (lo_x, hi_x) = (lo_x.max(0.0), hi_x.min(w));
+        let (lo_y, hi_y) = (lo_y.max(0.0), hi_y.min(h));
+        let mut x = lo_x + rng.f64() * (hi_x - lo_x);
+        let mut y = lo_y + rng.f64() * (hi_y - lo_y);
         let mut heading = rng.f64() * std::f64::consts::TAU;
         let mut seq = 0u32;
         let mut motion = Motion::standing(at(x, y));
@@ -214,8 +243,8 @@ async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
             }
             tokio::time::sleep(pause).await;
             if walker {
-                let tx_ = (x + rng.f64() * 1_600.0 - 800.0).clamp(0.0, w);
-                let ty = (y + rng.f64() * 1_600.0 - 800.0).clamp(0.0, h);
+                let tx_ = (x + rng.f64() * 1_600.0 - 800.0).clamp(lo_x, hi_x);
+                let ty = (y + rng.f64() * 1_600.0 - 800.0).clamp(lo_y, hi_y);
                 let speed = rng.u32(110..220);
                 motion = Motion {
                     position: at(x, y),
@@ -231,10 +260,10 @@ async fn bot(addr: SocketAddr, i: u32) -> JoinHandle<()> {
                 heading += rng.f64() * 1.2 - 0.6;
                 let d = 150.0 + rng.f64() * 100.0; // cm in this second
                 let (nx, ny) = (x + heading.cos() * d, y + heading.sin() * d);
-                if nx < 0.0 || nx > w || ny < 0.0 || ny > h {
+                if nx < lo_x || nx > hi_x || ny < lo_y || ny > hi_y {
                     heading += std::f64::consts::PI;
                 }
-                (x, y) = (nx.clamp(0.0, w), ny.clamp(0.0, h));
+                (x, y) = (nx.clamp(lo_x, hi_x), ny.clamp(lo_y, hi_y));
                 motion = Motion::standing(at(x, y));
                 pause = Duration::from_millis(rng.u64(1_000..1_150));
             }

@@ -1013,7 +1013,11 @@ async fn a_token_near_its_expiry_is_noticed_at_once_and_ends_the_session_at_it()
             _ => None,
         })
         .await;
-    assert_eq!(left, LeaveReason::TimedOut as i32, "its time ran out: not KICKED");
+    assert_eq!(
+        left,
+        LeaveReason::TimedOut as i32,
+        "its time ran out: not KICKED"
+    );
     assert_eq!(server.metric("amble_auth_expired_total").await, 1.0);
     bystander.ping().await;
 }
