@@ -615,12 +615,8 @@ impl Rooms {
         self.shutting_down.store(true, Ordering::Relaxed);
     }
 
-    /// The spatial settings `room` has, if it is a spatial room. Cluster
-    /// mode has none yet: every room of a cluster is plain.
+    /// The spatial settings `room` has, if it is a spatial room.
     fn spatial_settings(&self, room: &str) -> Option<&spatial::SpatialSettings> {
-        if self.cluster.get().is_some() {
-            return None;
-        }
         self.settings.spatial.as_ref().filter(|s| s.matches(room))
     }
 

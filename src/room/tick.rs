@@ -259,6 +259,11 @@ impl Rooms {
         }
         r.last_flush_ms = now_ms;
         collect_batch(members, dirty, &mut r.cut, now_ms, records);
+        // A spatial room: each member its own cells' moves, local and
+        // remote alike, and the view changes they bring.
+        if st.spatial.is_some() {
+            return self.flush_spatial(room, st, now_ms, records, tally);
+        }
         if records.is_empty() {
             return;
         }

@@ -693,12 +693,12 @@ async fn lost_within_5_s(watchers: [&mut Person; 2], ids: [u32; 2], from: Instan
 #[tokio::test]
 async fn members_on_two_nodes_see_each_others_join_moves_chat_and_leave() {
     let c = Cluster::start(2).await;
-    let mut ada = Person::join(c.n(1), "plaza", "Ada").await;
+    let mut ada = Person::join(c.n(1), "square", "Ada").await;
     assert_eq!(ada.id % SLOTS, c.n(1).slot, "an id from n1's slot");
     ada.send_move(standing(1111, 2222)).await;
     ada.sees_move(ada.id, standing(1111, 2222)).await;
 
-    let mut bo = Person::join(c.n(2), "plaza", "Bo").await;
+    let mut bo = Person::join(c.n(2), "square", "Bo").await;
     assert_eq!(bo.id % SLOTS, c.n(2).slot, "an id from n2's slot");
     assert_eq!(bo.names(), ["Ada", "Bo"], "Bo's Welcome lists Ada on n1");
     assert_eq!(bo.id_of("Ada"), ada.id);
@@ -724,13 +724,13 @@ async fn members_on_two_nodes_see_each_others_join_moves_chat_and_leave() {
     ada.sees_chat(bo.id, "hi from n2").await;
 
     // A Leave, then a dropped connection, each seen on the other node.
-    let mut cy = Person::join(c.n(2), "plaza", "Cy").await;
+    let mut cy = Person::join(c.n(2), "square", "Cy").await;
     assert_eq!(cy.names(), ["Ada", "Bo", "Cy"]);
     ada.sees_join("Cy").await;
     ada.leave().await;
     assert_eq!(cy.sees_left(ada.id).await.0, LEFT);
     assert_eq!(bo.sees_left(ada.id).await.0, LEFT);
-    let mut dee = Person::join(c.n(1), "plaza", "Dee").await;
+    let mut dee = Person::join(c.n(1), "square", "Dee").await;
     assert_eq!(dee.names(), ["Bo", "Cy", "Dee"]);
     drop(bo);
     assert_eq!(dee.sees_left(cy.id_of("Bo")).await.0, DISCONNECTED);
@@ -1960,4 +1960,81 @@ async fn a_graceful_stop_lets_its_clients_fail_over_without_a_leave() {
         wa.seen
     );
     assert_eq!(wa.names(), ["Ada", "Wa"]);
+}
+
+// ------------------------------------------------------------ spatial rooms
+
+/// Joins `plaza` on `node` standing at `x, y`.
+async fn in_plaza(node: &Node, name: &str, x: u32, y: u32) -> (Client, pb::Welcome) {
+    let mut c = Client::connect(&node.ws_url()).await;
+    c.send(C::Join(pb::Join {
+        room: "plaza".into(),
+        name: name.into(),
+        start: Some(pb::Position { x, y }),
+        ..Default::default()
+    }))
+    .await;
+    let w = c.welcome().await;
+    (c, w)
+}
+
+/// A spatial room (issue 17) spans nodes like any room: a member on n1
+/// hears of n2's members only within its view (the Welcome's snapshot,
+/// chat), while the room's count is everyone's; a member of n2 walking into
+/// its view appears, with its name and where it stands.
+#[tokio::test]
+async fn a_spatial_room_spans_nodes_and_each_member_hears_its_view() {
+    let c = Cluster::start(2).await;
+    let (mut cy, _) = in_plaza(c.n(2), "Cy", 10_500, 10_000).await;
+    let (mut dee, wd) = in_plaza(c.n(2), "Dee", 40_000, 40_000).await;
+    let (mut ada, wa) = in_plaza(c.n(1), "Ada", 10_000, 10_000).await;
+    let mut seen: Vec<String> = wa
+        .snapshot
+        .expect("a snapshot")
+        .members
+        .iter()
+        .map(|m| m.name.clone())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, ["Ada", "Cy"], "the view only");
+    assert_eq!(wa.population, 3, "the whole room's count");
+
+    // Dee (far) speaks first, then Cy (near): Ada hears Cy only.
+    dee.send(C::Chat(pb::SendChat { text: "far".into() })).await;
+    cy.send(C::Chat(pb::SendChat {
+        text: "near".into(),
+    }))
+    .await;
+    let heard = ada
+        .until(|m| match &m.body {
+            Some(S::Chat(chat)) => Some(chat.text.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(heard, "near");
+
+    // Dee walks up to Ada: she appears there, named.
+    dee.send(move_body(
+        Motion::standing(Position {
+            x: 10_200,
+            y: 10_300,
+        }),
+        1,
+        0,
+    ))
+    .await;
+    let appeared = ada
+        .until(|m| match &m.body {
+            Some(S::Appeared(a)) => a.members.iter().find(|m| m.id == wd.member_id).cloned(),
+            _ => None,
+        })
+        .await;
+    assert_eq!(appeared.name, "Dee");
+    assert_eq!(
+        appeared.position,
+        Some(pb::Position {
+            x: 10_200,
+            y: 10_300
+        })
+    );
 }

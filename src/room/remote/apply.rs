@@ -3,21 +3,21 @@
 //! update goes and what it does ([`place`], [`Sequence::receive`]), and
 //! [`Apply`] makes the members, frames and pending moves follow.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, MutexGuard};
 
 use tokio::time::Instant;
 
 use super::sequence::{Decision, Sequence, Target, place};
 use super::takeover::{self, Evicted, HANDOVER_MS, Handover, Place};
-use super::{Part, Remote};
+use super::{Addressed, Part, Remote, audience};
 use crate::cluster::wire::{Op, RemoteMember, ResumeHash, Update};
 use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{
     LeaveReason, MemberId, MotionRecord, encode_motion, encode_server, motion_time, pb,
 };
-use crate::room::sink::Frame;
+use crate::room::spatial::Spatial;
 use crate::room::{Member, Rooms, State, member_pb, wire_seat};
 
 /// What applying an update leaves to do once the room's lock is let go.
@@ -31,13 +31,15 @@ pub(super) struct Applied {
     pub(super) linger: Option<u64>,
 }
 
-/// Removes `ids` (members of `node`) with `Left{reason}` frames.
+/// Removes `ids` (members of `node`) with `Left{reason}` frames (in a
+/// spatial room, to those who saw each).
 pub(super) fn remove_ids(
     members: &mut BTreeMap<MemberId, Member>,
+    mut spatial: Option<&mut Spatial>,
     node: &str,
     ids: &BTreeSet<MemberId>,
     reason: LeaveReason,
-    frames: &mut Vec<Frame>,
+    frames: &mut Vec<Addressed>,
     metrics: &Metrics,
 ) {
     for id in ids {
@@ -45,12 +47,17 @@ pub(super) fn remove_ids(
             .get(id)
             .is_some_and(|m| m.origin.as_deref() == Some(node))
         {
+            let to = audience(spatial.as_deref(), *id);
+            if let Some(sp) = spatial.as_deref_mut() {
+                sp.forget(*id);
+            }
             members.remove(id);
             metrics.cluster_remote_members.dec();
-            frames.push(encode_server(Body::Left(pb::Left {
+            let left = encode_server(Body::Left(pb::Left {
                 member_id: id.0,
                 reason: reason as i32,
-            })));
+            }));
+            frames.push((left, to));
         }
     }
 }
@@ -61,7 +68,9 @@ struct Apply<'a> {
     /// A node's part holds at most the room capacity.
     capacity: usize,
     node: &'a Arc<str>,
-    frames: &'a mut Vec<Frame>,
+    frames: &'a mut Vec<Addressed>,
+    /// A spatial room's cells: who sees what happens to a member.
+    spatial: Option<&'a mut Spatial>,
     /// The room's local moves cut for the coming tick.
     cut: &'a mut Vec<MotionRecord>,
     /// The last tick whose batch the room wrote.
@@ -131,11 +140,12 @@ impl Apply<'_> {
                 // A full state after a missed data change.
                 if known.data != m.data {
                     known.data = m.data;
-                    self.frames
-                        .push(encode_server(Body::MemberData(pb::MemberData {
-                            member_id: m.id.0,
-                            data: known.data.to_pb(),
-                        })));
+                    let frame = encode_server(Body::MemberData(pb::MemberData {
+                        member_id: m.id.0,
+                        data: known.data.to_pb(),
+                    }));
+                    let to = self.audience(m.id);
+                    self.frames.push((frame, to));
                 }
             }
             Some(known) if known.origin.as_deref() == Some(&**self.node) => {
@@ -165,7 +175,10 @@ impl Apply<'_> {
                         };
                         let taken = self.take_place(members, &place, r.resumed.then_some(m.id));
                         match taken {
-                            Some(old) if r.resumed => Some(old),
+                            Some(old) if r.resumed => {
+                                self.unplace(old);
+                                Some(old)
+                            }
                             Some(old) => {
                                 self.left(old, LeaveReason::Replaced);
                                 None
@@ -203,15 +216,27 @@ impl Apply<'_> {
                     origin: Some(Arc::clone(self.node)),
                     joined_at_s: super::super::unix_secs(self.now_ms),
                 };
-                self.frames.push(match renumbered {
-                    Some(old) => encode_server(Body::Renumbered(pb::Renumbered {
-                        old_id: old.0,
-                        new_id: m.id.0,
-                    })),
-                    None => encode_server(Body::Joined(pb::Joined {
-                        member: Some(member_pb(m.id, &member)),
-                    })),
-                });
+                if let Some(sp) = self.spatial.as_deref_mut() {
+                    sp.place(m.id, member.motion.position);
+                }
+                // Everyone hears of a renumbering (a client that does not
+                // know the old id ignores it); a join, those who see it.
+                let addressed = match renumbered {
+                    Some(old) => (
+                        encode_server(Body::Renumbered(pb::Renumbered {
+                            old_id: old.0,
+                            new_id: m.id.0,
+                        })),
+                        None,
+                    ),
+                    None => (
+                        encode_server(Body::Joined(pb::Joined {
+                            member: Some(member_pb(m.id, &member)),
+                        })),
+                        self.audience(m.id),
+                    ),
+                };
+                self.frames.push(addressed);
                 members.insert(m.id, member);
                 ids.insert(m.id);
                 self.metrics.cluster_remote_members.inc();
@@ -267,12 +292,29 @@ impl Apply<'_> {
         }
     }
 
-    /// A `Left` frame for `id`.
+    /// A `Left` frame for `id`, gone from the room's members: to those
+    /// who saw it in a spatial room, where it is then forgotten.
     fn left(&mut self, id: MemberId, reason: LeaveReason) {
-        self.frames.push(encode_server(Body::Left(pb::Left {
+        let frame = encode_server(Body::Left(pb::Left {
             member_id: id.0,
             reason: reason as i32,
-        })));
+        }));
+        let to = self.unplace(id);
+        self.frames.push((frame, to));
+    }
+
+    /// Who sees what happens to member `id` ([`audience`]).
+    fn audience(&self, id: MemberId) -> Option<HashSet<MemberId>> {
+        audience(self.spatial.as_deref(), id)
+    }
+
+    /// Forgets `id`'s cell in a spatial room; returns who saw it there.
+    fn unplace(&mut self, id: MemberId) -> Option<HashSet<MemberId>> {
+        let to = self.audience(id);
+        if let Some(sp) = self.spatial.as_deref_mut() {
+            sp.forget(id);
+        }
+        to
     }
 
     /// Before a remote member's chat or leave is written: if the member has
@@ -288,7 +330,10 @@ impl Apply<'_> {
         dirty: &mut Vec<MemberId>,
         id: MemberId,
     ) {
+        // A spatial room's tick writes each member its own cells' moves:
+        // never one batch for everyone ahead of it.
         if self.at_once.is_some()
+            || self.spatial.is_some()
             || self.tick_ms == 0
             || members.get(&id).is_none_or(|m| m.pending.is_none())
         {
@@ -304,7 +349,7 @@ impl Apply<'_> {
             self.unit,
             self.metrics,
         );
-        self.frames.extend(frame);
+        self.frames.extend(frame.map(|f| (f, None)));
     }
 
     /// Writes `records` (if any) as one batch at server time `at_ms`, and
@@ -313,8 +358,8 @@ impl Apply<'_> {
         if records.is_empty() {
             return;
         }
-        self.frames
-            .push(encode_motion(motion_time(at_ms, unit), records));
+        let batch = encode_motion(motion_time(at_ms, unit), records);
+        self.frames.push((batch, None));
         self.metrics.moves_applied.inc_by(records.len() as u64);
         self.metrics.batches.inc();
     }
@@ -377,11 +422,13 @@ impl Apply<'_> {
                 } => {
                     if self.owns(members, id) {
                         self.follow_moves(members, dirty, id);
-                        self.frames.push(encode_server(Body::Chat(pb::ChatMessage {
+                        let chat = encode_server(Body::Chat(pb::ChatMessage {
                             member_id: id.0,
                             text,
                             server_time_ms,
-                        })));
+                        }));
+                        let to = self.audience(id);
+                        self.frames.push((chat, to));
                     }
                 }
                 Op::Data { id, data } => {
@@ -394,7 +441,8 @@ impl Apply<'_> {
                         if let Some(m) = members.get_mut(&id) {
                             m.data = data;
                         }
-                        self.frames.push(encode_server(Body::MemberData(msg)));
+                        let to = self.audience(id);
+                        self.frames.push((encode_server(Body::MemberData(msg)), to));
                     }
                 }
             }
@@ -465,6 +513,7 @@ impl Apply<'_> {
         let gone: BTreeSet<MemberId> = ids.difference(&keep).copied().collect();
         remove_ids(
             members,
+            self.spatial.as_deref_mut(),
             self.node,
             &gone,
             LeaveReason::Left,
@@ -488,11 +537,12 @@ impl Rooms {
         room: &Arc<str>,
         st: &mut MutexGuard<'_, State>,
         u: Update,
-        frames: &mut Vec<Frame>,
+        frames: &mut Vec<Addressed>,
     ) -> Applied {
         let mut evicted = Vec::new();
         let mut unparted = Vec::new();
-        let ask = self.apply_part(st, u, frames, &mut evicted, &mut unparted);
+        let capacity = self.capacity_of(room);
+        let ask = self.apply_part(st, u, capacity, frames, &mut evicted, &mut unparted);
         let mut linger = None;
         if let Some(r) = st.remote.as_deref_mut() {
             for place in &unparted {
@@ -560,7 +610,8 @@ impl Rooms {
         &self,
         st: &mut MutexGuard<'_, State>,
         u: Update,
-        frames: &mut Vec<Frame>,
+        capacity: usize,
+        frames: &mut Vec<Addressed>,
         evicted: &mut Vec<Evicted>,
         unparted: &mut Vec<Place>,
     ) -> Option<Arc<str>> {
@@ -569,6 +620,7 @@ impl Rooms {
             dirty,
             remote,
             users,
+            spatial,
             ..
         } = &mut **st;
         let Remote {
@@ -585,9 +637,10 @@ impl Rooms {
         let now_ms = self.clock.ms_at(now);
         let mut apply = Apply {
             metrics: &self.metrics,
-            capacity: self.settings.capacity,
+            capacity,
             node: &node,
             frames,
+            spatial: spatial.as_deref_mut(),
             cut,
             last_flush_ms,
             now_ms,
@@ -617,6 +670,7 @@ impl Rooms {
         {
             remove_ids(
                 members,
+                apply.spatial.as_deref_mut(),
                 &node,
                 &old.ids,
                 reason,

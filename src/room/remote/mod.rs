@@ -22,7 +22,7 @@
 //! file holds the state and the entry points the cluster calls
 //! ([`RoomSide`]).
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -34,6 +34,8 @@ use self::sequence::Sequence;
 use crate::cluster::wire::{self, Update, UpdateParts};
 use crate::cluster::{Cluster, RoomSide};
 use crate::protocol::{LeaveReason, MemberId, MotionRecord};
+use crate::room::sink::Frame;
+use crate::room::spatial::Spatial;
 use crate::room::{Rooms, State, member_pb, wire_seat};
 
 mod apply;
@@ -49,6 +51,22 @@ pub(super) use self::publish::{
     lowest_free_in_slot, published_chat, published_data, published_join, published_leave,
     published_moves_now, published_resume_hash,
 };
+
+/// A frame for this node's members, and which of them get it: `None`, all;
+/// in a spatial room, those who see the member it is about.
+pub(super) type Addressed = (Frame, Option<HashSet<MemberId>>);
+
+/// Who of this node's members hear of what happens to member `id`: all
+/// (`None`) in a plain room; in a spatial room those whose view holds its
+/// cell (nobody, if it has none).
+pub(super) fn audience(spatial: Option<&Spatial>, id: MemberId) -> Option<HashSet<MemberId>> {
+    let sp = spatial?;
+    Some(
+        sp.home(id)
+            .map(|home| sp.in_view(home).collect())
+            .unwrap_or_default(),
+    )
+}
 
 /// A room's cluster state on this node.
 pub(super) struct Remote {
@@ -260,7 +278,10 @@ impl RoomSide for Rooms {
             let mut frames = Vec::new();
             let mut st = handle.state();
             let State {
-                members, remote, ..
+                members,
+                remote,
+                spatial,
+                ..
             } = &mut *st;
             let Some(r) = remote.as_deref_mut() else {
                 continue;
@@ -272,6 +293,7 @@ impl RoomSide for Rooms {
             {
                 remove_ids(
                     members,
+                    spatial.as_deref_mut(),
                     node,
                     &part.ids,
                     LeaveReason::ServerLost,

@@ -185,7 +185,7 @@ pub(in crate::room) fn published_data(cluster: &Cluster, st: &mut State, data: p
 pub(super) fn publish_all(
     room: &Room,
     st: MutexGuard<'_, State>,
-    frames: &[Frame],
+    frames: &[super::Addressed],
     metrics: &Metrics,
 ) {
     if frames.is_empty() {
@@ -193,8 +193,16 @@ pub(super) fn publish_all(
     }
     let out = room.out();
     drop(st);
-    for frame in frames {
-        out.publish(frame, metrics);
+    write_all(&out, frames, metrics);
+}
+
+/// Writes each frame to everyone, or to those it is addressed to.
+fn write_all(out: &crate::room::Out, frames: &[super::Addressed], metrics: &Metrics) {
+    for (frame, to) in frames {
+        match to {
+            None => out.publish(frame, metrics),
+            Some(to) => metrics.sent_to(out.write_to(frame, to), frame.len()),
+        }
     }
 }
 
@@ -207,7 +215,7 @@ impl Rooms {
         &self,
         room: &Room,
         st: MutexGuard<'_, State>,
-        frames: &[Frame],
+        frames: &[super::Addressed],
         evicted: &[super::takeover::Evicted],
     ) {
         let mut out = room.out();
@@ -218,9 +226,7 @@ impl Rooms {
                 told.push((out.sinks.remove(at).1, e.resumed_as.is_some()));
             }
         }
-        for frame in frames {
-            out.publish(frame, &self.metrics);
-        }
+        write_all(&out, frames, &self.metrics);
         drop(out);
         for (sink, resumed) in told {
             if resumed {
@@ -243,10 +249,12 @@ impl Rooms {
             members,
             dirty,
             remote,
+            spatial,
             ..
         } = st;
         let r = remote.as_deref_mut()?;
-        if tick_ms == 0 || r.cut.is_empty() {
+        // A spatial room's batch is per viewing cell: its tick writes it.
+        if tick_ms == 0 || r.cut.is_empty() || spatial.is_some() {
             return None;
         }
         batch_ahead(

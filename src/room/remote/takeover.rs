@@ -29,7 +29,6 @@ use crate::metrics::Metrics;
 use crate::protocol::pb::server_message::Body;
 use crate::protocol::{LeaveReason, MemberId, encode_server, pb};
 use crate::room::resume::{Refusal, ResumeToken};
-use crate::room::sink::Frame;
 use crate::room::{Member, State};
 
 /// How long a member another node handed over stays in sight here, waiting
@@ -107,7 +106,10 @@ pub(in crate::room) fn place_of_user(st: &State, user: &str) -> Option<Place> {
 /// node's part, or the handovers) without telling anyone; returns it.
 pub(in crate::room) fn take(st: &mut State, place: &Place, metrics: &Metrics) -> Option<Member> {
     let State {
-        members, remote, ..
+        members,
+        remote,
+        spatial,
+        ..
     } = st;
     let r = remote.as_deref_mut()?;
     let known = members.get(&place.id)?;
@@ -115,6 +117,9 @@ pub(in crate::room) fn take(st: &mut State, place: &Place, metrics: &Metrics) ->
         return None;
     }
     let member = members.remove(&place.id)?;
+    if let Some(sp) = spatial.as_deref_mut() {
+        sp.forget(place.id);
+    }
     forget_in_part(r, place);
     metrics.cluster_remote_members.dec();
     Some(member)
@@ -146,9 +151,12 @@ pub(in crate::room) struct Evicted {
 
 /// Members handed over whose time ran out at `now_ms` (nobody took their
 /// place): they leave; returns the `Left` frames for this node's members.
-pub(super) fn expire(st: &mut State, now_ms: u64, metrics: &Metrics) -> Vec<Frame> {
+pub(super) fn expire(st: &mut State, now_ms: u64, metrics: &Metrics) -> Vec<super::Addressed> {
     let State {
-        members, remote, ..
+        members,
+        remote,
+        spatial,
+        ..
     } = st;
     let Some(r) = remote.as_deref_mut() else {
         return Vec::new();
@@ -167,10 +175,15 @@ pub(super) fn expire(st: &mut State, now_ms: u64, metrics: &Metrics) -> Vec<Fram
         {
             members.remove(&h.id);
             metrics.cluster_remote_members.dec();
-            frames.push(encode_server(Body::Left(pb::Left {
+            let to = super::audience(spatial.as_deref(), h.id);
+            if let Some(sp) = spatial.as_deref_mut() {
+                sp.forget(h.id);
+            }
+            let left = encode_server(Body::Left(pb::Left {
                 member_id: h.id.0,
                 reason: LeaveReason::Disconnected as i32,
-            })));
+            }));
+            frames.push((left, to));
         }
         false
     });

@@ -76,6 +76,14 @@ impl Node {
 
     /// A node that holds a dropped member's place for `grace`.
     fn holding(settings: crate::cluster::ClusterSettings, grace: Duration) -> Self {
+        Self::build(settings, grace, None)
+    }
+
+    fn build(
+        settings: crate::cluster::ClusterSettings,
+        grace: Duration,
+        spatial: Option<crate::room::spatial::SpatialSettings>,
+    ) -> Self {
         let metrics = Arc::new(Metrics::default());
         metrics.enable_cluster();
         let rooms = Rooms::new(
@@ -89,7 +97,7 @@ impl Node {
                 limits: pb::Limits::default(),
                 resume_grace: grace,
                 max_held: 100,
-                spatial: None,
+                spatial,
             },
             Clock::start(),
             Arc::clone(&metrics),
@@ -1463,4 +1471,5 @@ async fn remote_member_data_arrives_changes_and_is_repaired_by_a_full_state() {
     }
 }
 
+mod spatial;
 mod takeover;
