@@ -158,12 +158,15 @@ async fn serve<F, Fut>(
 ) -> Response
 where
     F: FnOnce(Arc<Shared>, Request) -> Fut,
-    Fut: std::future::Future<Output = Call>,
+    // Ok: the answer; Err: a refusal, given with `?`.
+    Fut: std::future::Future<Output = Result<Call, Call>>,
 {
     let (method, path) = (request.method().clone(), request.uri().path().to_owned());
     let headers = request.headers().clone();
     let answered = match gate(&shared, &headers, op) {
-        Ok(()) => handle(Arc::clone(&shared), request).await,
+        Ok(()) => handle(Arc::clone(&shared), request)
+            .await
+            .unwrap_or_else(|refused| refused),
         Err(refused) => refused,
     };
     finish(&shared, peer, &headers, &method, &path, answered)
@@ -305,7 +308,7 @@ async fn openapi(
     request: Request,
 ) -> Response {
     serve(shared, peer, request, "openapi", |_, _| async {
-        call(
+        Ok(call(
             "openapi",
             (
                 StatusCode::OK,
@@ -316,7 +319,7 @@ async fn openapi(
                 OPENAPI,
             )
                 .into_response(),
-        )
+        ))
     })
     .await
 }
@@ -327,7 +330,7 @@ async fn unknown(
     request: Request,
 ) -> Response {
     serve(shared, peer, request, "unknown", |_, request| async move {
-        fail(
+        Err(fail(
             "unknown",
             StatusCode::NOT_FOUND,
             "not_found",
@@ -336,7 +339,7 @@ async fn unknown(
                 request.method(),
                 request.uri().path()
             ),
-        )
+        ))
     })
     .await
 }
@@ -355,7 +358,7 @@ async fn rooms(
                 json!({ "name": name, "members": members, "capacity": capacity, "spatial": spatial })
             })
             .collect();
-        ok("rooms", json!({ "rooms": rooms }))
+        Ok(ok("rooms", json!({ "rooms": rooms })))
     })
     .await
 }
@@ -399,13 +402,10 @@ async fn members(
 ) -> Response {
     const OP: &str = "members";
     serve(shared, peer, request, OP, |shared, _| async move {
-        let room = match room_of(OP, room, &shared.rules) {
-            Ok(room) => room,
-            Err(c) => return c,
-        };
+        let room = room_of(OP, room, &shared.rules)?;
         let (limit, cursor) = match page_of(query.as_deref()) {
             Ok(page) => page,
-            Err(text) => return fail(OP, StatusCode::BAD_REQUEST, "invalid_query", &text),
+            Err(text) => return Err(fail(OP, StatusCode::BAD_REQUEST, "invalid_query", &text)),
         };
         let mut answer = shared.api_run(Op::Members { room: Arc::clone(&room) }).await;
         answer.members.sort_by_key(|(l, _)| l.id);
@@ -416,10 +416,10 @@ async fn members(
             .collect();
         let page: Vec<Value> = after.iter().take(limit).map(|(l, n)| member_json(l, n)).collect();
         let next = (after.len() > limit).then(|| after[limit - 1].0.id.0.to_string());
-        ok(
+        Ok(ok(
             OP,
             json!({ "room": &*room, "total": answer.members.len(), "members": page, "next_cursor": next }),
-        )
+        ))
     })
     .await
 }
@@ -432,10 +432,7 @@ async fn user(
 ) -> Response {
     const OP: &str = "user";
     serve(shared, peer, request, OP, |shared, _| async move {
-        let sub = match sub_of(OP, sub) {
-            Ok(sub) => sub,
-            Err(c) => return c,
-        };
+        let sub = sub_of(OP, sub)?;
         let mut answer = shared
             .api_run(Op::User {
                 user: Arc::clone(&sub),
@@ -446,7 +443,7 @@ async fn user(
             .sanctions
             .of(&sub, shared.api.now_ms())
             .unwrap_or_default();
-        ok(
+        Ok(ok(
             OP,
             json!({
                 "sub": &*sub,
@@ -455,7 +452,7 @@ async fn user(
                 "ban_reason": (sanction.ban_until_ms > 0).then_some(&*sanction.ban_reason),
                 "muted_until_ms": (sanction.mute_until_ms > 0).then_some(sanction.mute_until_ms),
             }),
-        )
+        ))
     })
     .await
 }
@@ -476,33 +473,21 @@ async fn kick(
 ) -> Response {
     const OP: &str = "kick";
     serve(shared, peer, request, OP, |shared, request| async move {
-        let room = match room_of(OP, room, &shared.rules) {
-            Ok(room) => room,
-            Err(c) => return c,
-        };
-        let body: KickBody = match body_of(OP, request).await {
-            Ok(body) => body,
-            Err(c) => return c,
-        };
+        let room = room_of(OP, room, &shared.rules)?;
+        let body: KickBody = body_of(OP, request).await?;
         let who = match (body.member_id, body.sub) {
             (Some(id), None) => Who::Member(MemberId(id)),
-            (None, Some(sub)) => match sub_of(OP, sub) {
-                Ok(sub) => Who::User(sub),
-                Err(c) => return c,
-            },
+            (None, Some(sub)) => Who::User(sub_of(OP, sub)?),
             _ => {
-                return fail(
+                return Err(fail(
                     OP,
                     StatusCode::BAD_REQUEST,
                     "invalid_body",
                     "name whom to kick: member_id or sub, one of the two",
-                );
+                ));
             }
         };
-        let reason = match reason_of(OP, body.reason) {
-            Ok(reason) => reason,
-            Err(c) => return c,
-        };
+        let reason = reason_of(OP, body.reason)?;
         let answer = shared
             .api_run(Op::Kick {
                 room: Arc::clone(&room),
@@ -511,14 +496,14 @@ async fn kick(
             })
             .await;
         if answer.members.is_empty() {
-            return fail(
+            return Err(fail(
                 OP,
                 StatusCode::NOT_FOUND,
                 "member_not_found",
                 &format!("no such member in room {room}"),
-            );
+            ));
         }
-        ok(OP, json!({ "kicked": members_json(&answer.members) }))
+        Ok(ok(OP, json!({ "kicked": members_json(&answer.members) })))
     })
     .await
 }
@@ -538,25 +523,17 @@ async fn ban(
 ) -> Response {
     const OP: &str = "ban";
     serve(shared, peer, request, OP, |shared, request| async move {
-        let sub = match sub_of(OP, sub) {
-            Ok(sub) => sub,
-            Err(c) => return c,
-        };
-        let body: BanBody = match body_of(OP, request).await {
-            Ok(body) => body,
-            Err(c) => return c,
-        };
-        let (until_ms, reason) = match (until_of(OP, &shared, body.seconds), reason_of(OP, body.reason)) {
-            (Ok(until), Ok(reason)) => (until, reason),
-            (Err(c), _) | (_, Err(c)) => return c,
-        };
+        let sub = sub_of(OP, sub)?;
+        let body: BanBody = body_of(OP, request).await?;
+        let until_ms = until_of(OP, &shared, body.seconds)?;
+        let reason = reason_of(OP, body.reason)?;
         let answer = shared
             .api_run(Op::Ban { user: Arc::clone(&sub), until_ms, reason })
             .await;
-        ok(
+        Ok(ok(
             OP,
             json!({ "sub": &*sub, "banned_until_ms": until_ms, "kicked": members_json(&answer.members) }),
-        )
+        ))
     })
     .await
 }
@@ -569,10 +546,7 @@ async fn unban(
 ) -> Response {
     const OP: &str = "unban";
     serve(shared, peer, request, OP, |shared, _| async move {
-        let sub = match sub_of(OP, sub) {
-            Ok(sub) => sub,
-            Err(c) => return c,
-        };
+        let sub = sub_of(OP, sub)?;
         shared
             .api_run(Op::Ban {
                 user: Arc::clone(&sub),
@@ -580,7 +554,7 @@ async fn unban(
                 reason: "".into(),
             })
             .await;
-        ok(OP, json!({ "sub": &*sub, "banned_until_ms": null }))
+        Ok(ok(OP, json!({ "sub": &*sub, "banned_until_ms": null })))
     })
     .await
 }
@@ -599,25 +573,16 @@ async fn mute(
 ) -> Response {
     const OP: &str = "mute";
     serve(shared, peer, request, OP, |shared, request| async move {
-        let sub = match sub_of(OP, sub) {
-            Ok(sub) => sub,
-            Err(c) => return c,
-        };
-        let body: MuteBody = match body_of(OP, request).await {
-            Ok(body) => body,
-            Err(c) => return c,
-        };
-        let until_ms = match until_of(OP, &shared, body.seconds) {
-            Ok(until) => until,
-            Err(c) => return c,
-        };
+        let sub = sub_of(OP, sub)?;
+        let body: MuteBody = body_of(OP, request).await?;
+        let until_ms = until_of(OP, &shared, body.seconds)?;
         shared
             .api_run(Op::Mute {
                 user: Arc::clone(&sub),
                 until_ms,
             })
             .await;
-        ok(OP, json!({ "sub": &*sub, "muted_until_ms": until_ms }))
+        Ok(ok(OP, json!({ "sub": &*sub, "muted_until_ms": until_ms })))
     })
     .await
 }
@@ -630,17 +595,14 @@ async fn unmute(
 ) -> Response {
     const OP: &str = "unmute";
     serve(shared, peer, request, OP, |shared, _| async move {
-        let sub = match sub_of(OP, sub) {
-            Ok(sub) => sub,
-            Err(c) => return c,
-        };
+        let sub = sub_of(OP, sub)?;
         shared
             .api_run(Op::Mute {
                 user: Arc::clone(&sub),
                 until_ms: 0,
             })
             .await;
-        ok(OP, json!({ "sub": &*sub, "muted_until_ms": null }))
+        Ok(ok(OP, json!({ "sub": &*sub, "muted_until_ms": null })))
     })
     .await
 }
@@ -659,17 +621,10 @@ async fn tell_room(
 ) -> Response {
     const OP: &str = "message_room";
     serve(shared, peer, request, OP, |shared, request| async move {
-        let room = match room_of(OP, room, &shared.rules) {
-            Ok(room) => room,
-            Err(c) => return c,
-        };
-        let text = match body_of::<TextBody>(OP, request)
+        let room = room_of(OP, room, &shared.rules)?;
+        let text = body_of::<TextBody>(OP, request)
             .await
-            .and_then(|b| text_of(OP, b.text))
-        {
-            Ok(text) => text,
-            Err(c) => return c,
-        };
+            .and_then(|b| text_of(OP, b.text))?;
         let answer = shared
             .api_run(Op::Tell {
                 room: Some(room),
@@ -677,7 +632,7 @@ async fn tell_room(
                 text,
             })
             .await;
-        ok(OP, json!({ "delivered": answer.reached }))
+        Ok(ok(OP, json!({ "delivered": answer.reached })))
     })
     .await
 }
@@ -690,17 +645,10 @@ async fn tell_user(
 ) -> Response {
     const OP: &str = "message_user";
     serve(shared, peer, request, OP, |shared, request| async move {
-        let sub = match sub_of(OP, sub) {
-            Ok(sub) => sub,
-            Err(c) => return c,
-        };
-        let text = match body_of::<TextBody>(OP, request)
+        let sub = sub_of(OP, sub)?;
+        let text = body_of::<TextBody>(OP, request)
             .await
-            .and_then(|b| text_of(OP, b.text))
-        {
-            Ok(text) => text,
-            Err(c) => return c,
-        };
+            .and_then(|b| text_of(OP, b.text))?;
         let answer = shared
             .api_run(Op::Tell {
                 room: None,
@@ -709,14 +657,14 @@ async fn tell_user(
             })
             .await;
         if answer.reached == 0 {
-            return fail(
+            return Err(fail(
                 OP,
                 StatusCode::NOT_FOUND,
                 "user_not_found",
                 "the user is in no room",
-            );
+            ));
         }
-        ok(OP, json!({ "delivered": answer.reached }))
+        Ok(ok(OP, json!({ "delivered": answer.reached })))
     })
     .await
 }
@@ -729,24 +677,21 @@ async fn close_room(
 ) -> Response {
     const OP: &str = "close_room";
     serve(shared, peer, request, OP, |shared, _| async move {
-        let room = match room_of(OP, room, &shared.rules) {
-            Ok(room) => room,
-            Err(c) => return c,
-        };
+        let room = room_of(OP, room, &shared.rules)?;
         let answer = shared
             .api_run(Op::Close {
                 room: Arc::clone(&room),
             })
             .await;
         if answer.members.is_empty() {
-            return fail(
+            return Err(fail(
                 OP,
                 StatusCode::NOT_FOUND,
                 "room_not_found",
                 &format!("room {room} has nobody in it"),
-            );
+            ));
         }
-        ok(OP, json!({ "closed": members_json(&answer.members) }))
+        Ok(ok(OP, json!({ "closed": members_json(&answer.members) })))
     })
     .await
 }
