@@ -625,31 +625,20 @@ impl Chaos {
     /// pings, and once every Pong is back (everything sent before it was
     /// read) the views must still be equal.
     async fn converge(&mut self, what: &str, from: Instant, reach: Reach) {
-        let deadline = from + BOUND;
-        let mut changed = self.changes.subscribe();
-        loop {
-            // Marked seen before the look: a change after it wakes the wait.
-            changed.borrow_and_update();
-            self.assert_no_faults(what);
-            match self.compare(reach) {
-                Ok(()) => break,
-                Err(diff) => {
-                    if std::env::var_os("AMBLE_CHAOS_TRACE").is_some() {
-                        eprintln!("{what}, {:.2?}: not yet\n{diff}", from.elapsed());
-                    }
-                    if tokio::time::timeout_at(deadline, changed.changed())
-                        .await
-                        .is_err()
-                    {
-                        panic!(
-                            "seed {}: {what}: the views are not the truth {:?} after it (reach {reach:?}):\n{diff}",
-                            self.seed,
-                            from.elapsed()
-                        );
-                    }
+        let this = &*self;
+        let goal = format!(
+            "seed {}: {what}: the views to be the truth (reach {reach:?})",
+            this.seed
+        );
+        until_views(&this.changes, &goal, from + BOUND, || {
+            this.assert_no_faults(what);
+            this.compare(reach).inspect_err(|diff| {
+                if std::env::var_os("AMBLE_CHAOS_TRACE").is_some() {
+                    eprintln!("{what}, {:.2?}: not yet\n{diff}", from.elapsed());
                 }
-            }
-        }
+            })
+        })
+        .await;
         let took = from.elapsed();
         eprintln!("chaos seed {}: {what}: converged in {took:.2?}", self.seed);
         self.times.push((what.to_owned(), took));
