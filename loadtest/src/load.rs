@@ -116,8 +116,9 @@ async fn probe_node(target: &Target, check_fresh: bool, named: bool) -> anyhow::
 }
 
 /// The server's limits as its Welcome gives them: a probe joins a room of
-/// its own (unique to the run, empty, gone when the probe leaves) and
-/// closes.
+/// its own (unique to the run, empty, gone when the probe leaves), or the
+/// run's one room (`--room`, whose limits may be a spatial room's), leaves
+/// and closes.
 pub async fn server_limits(plan: &Plan, addr: SocketAddr) -> anyhow::Result<pb::Limits> {
     let mut ws = wire::connect(&plan.target, addr, None)
         .await
@@ -125,7 +126,10 @@ pub async fn server_limits(plan: &Plan, addr: SocketAddr) -> anyhow::Result<pb::
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
         data: Vec::new(),
         start: None,
-        room: format!("lt-{}-probe", plan.run_tag),
+        room: match &plan.room_names {
+            RoomNames::One(name) => name.clone(),
+            _ => format!("lt-{}-probe", plan.run_tag),
+        },
         name: format!("probe-{}", plan.run_tag),
         token: String::new(),
         resume_token: String::new(),
@@ -153,6 +157,10 @@ pub async fn server_limits(plan: &Plan, addr: SocketAddr) -> anyhow::Result<pb::
     // Leave, and wait for the server's close so the probe is gone before
     // the window's figures are read.
     let _ = timeout(Duration::from_secs(2), async {
+        // A Leave first: a close alone would leave a place held for the
+        // resume grace (a member in the run's room).
+        let leave = protocol::encode_client(pb::client_message::Body::Leave(pb::Leave {}));
+        let _ = ws.send(Message::Binary(leave.into())).await;
         let _ = ws.close(None).await;
         while let Some(Ok(_)) = ws.next().await {}
     })
