@@ -116,20 +116,22 @@ async fn probe_node(target: &Target, check_fresh: bool, named: bool) -> anyhow::
 }
 
 /// The server's limits as its Welcome gives them: a probe joins a room of
-/// its own (unique to the run, empty, gone when the probe leaves), or the
-/// run's one room (`--room`, whose limits may be a spatial room's), leaves
+/// its own (unique to the run, empty, gone when the probe leaves), leaves
 /// and closes.
 pub async fn server_limits(plan: &Plan, addr: SocketAddr) -> anyhow::Result<pb::Limits> {
+    room_limits(plan, addr, &format!("lt-{}-probe", plan.run_tag)).await
+}
+
+/// The limits of `room` (a spatial room has its own capacity and world),
+/// read as [`server_limits`] does, by joining it for a moment.
+pub async fn room_limits(plan: &Plan, addr: SocketAddr, room: &str) -> anyhow::Result<pb::Limits> {
     let mut ws = wire::connect(&plan.target, addr, None)
         .await
         .map_err(|(_, e)| e)?;
     let join = protocol::encode_client(pb::client_message::Body::Join(pb::Join {
         data: Vec::new(),
         start: None,
-        room: match &plan.room_names {
-            RoomNames::One(name) => name.clone(),
-            _ => format!("lt-{}-probe", plan.run_tag),
-        },
+        room: room.to_owned(),
         name: format!("probe-{}", plan.run_tag),
         token: String::new(),
         resume_token: String::new(),
@@ -346,7 +348,15 @@ async fn prepare(plan: &Plan, ctl: &Control) -> anyhow::Result<(Vec<Probe>, Vec<
     }
     let addrs = resolve_all(plan).await?;
     match server_limits(plan, addrs[0]).await {
-        Ok(limits) => check_capacity(plan, limits.room_capacity)?,
+        // Too many for a plain room: the run's one room may be a spatial
+        // room, which holds more (asked only then: the probe shows in it).
+        Ok(limits) => match (check_capacity(plan, limits.room_capacity), &plan.room_names) {
+            (Err(_), RoomNames::One(room)) => {
+                let limits = room_limits(plan, addrs[0], room).await?;
+                check_capacity(plan, limits.room_capacity)?;
+            }
+            (checked, _) => checked?,
+        },
         Err(err) => eprintln!("warning: could not read the server's limits ({err:#})"),
     }
     Ok((probes, addrs))
